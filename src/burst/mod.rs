@@ -1,0 +1,1 @@
+//! Paced RDMA WRITE bursts: pure pacing, signaling and statistics, plus the engine that drives a QP set.

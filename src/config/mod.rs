@@ -1,0 +1,1 @@
+//! Units operators write in configs and on the command line: rates, sizes.

@@ -1,0 +1,1 @@
+//! The out-of-band control protocol over TCP.

@@ -1,0 +1,2 @@
+//! The only module with `unsafe`: RDMA verbs through `sideway`.
+#![allow(unsafe_code)]

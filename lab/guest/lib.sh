@@ -1,0 +1,54 @@
+# Functions for lab scenarios (sourced before the scenario, inside each VM, by bash).
+# Environment: LAB_NODE (node1..), LAB_INDEX (1..), LAB_NODES (count), LAB_NIC, LAB_DIR (this
+# node's output directory), LAB_ADDR_nodeN (lab address of each node).
+
+# lab_addr NODE: the node's address on the lab network.
+lab_addr() { eval echo "\$LAB_ADDR_$1"; }
+
+# lab_result KEY VALUE: records a result line for the test that runs the scenario.
+lab_result() { echo "$1=$2" >>"$LAB_DIR/results"; }
+
+# lab_barrier NAME [TIMEOUT_S]: waits until every node reached the barrier (default 180 s).
+lab_barrier() {
+  local name=$1 limit=${2:-180} start=$SECONDS
+  mkdir -p "/mnt/barriers/$name"
+  touch "/mnt/barriers/$name/$LAB_NODE"
+  while [ "$(ls "/mnt/barriers/$name" | wc -l)" -lt "$LAB_NODES" ]; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "lab_barrier $name: timed out after ${limit}s" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# lab_wait_port HOST PORT [TIMEOUT_S]: waits until a TCP port accepts connections.
+lab_wait_port() {
+  local host=$1 port=$2 limit=${3:-60} start=$SECONDS
+  until timeout 2 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; do
+    [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_port $host:$port: timed out" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# lab_wait_file PATH [TIMEOUT_S]: waits until a file exists (e.g. one written by another node).
+lab_wait_file() {
+  local path=$1 limit=${2:-120} start=$SECONDS
+  until [ -e "$path" ]; do
+    [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_file $path: timed out" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# Fault injection on this node's lab NIC.
+lab_netem() { tc qdisc replace dev "$LAB_NIC" root netem "$@"; }             # e.g. loss 5% / delay 10ms
+lab_tbf() { tc qdisc replace dev "$LAB_NIC" root tbf rate "$1" burst 64kb latency 400ms; }  # e.g. 50mbit
+lab_clear_faults() { tc qdisc del dev "$LAB_NIC" root 2>/dev/null || true; }
+lab_link_down() { ip link set "$LAB_NIC" down; }
+lab_link_up() { ip link set "$LAB_NIC" up; }
+
+# lab_stop_node NODE: asks the runner to kill NODE's VM at once (a power cut, not a shutdown).
+lab_stop_node() {
+  touch "/mnt/requests/stop-$1"
+  lab_wait_file "/mnt/nodes/$1/stopped" 30
+}

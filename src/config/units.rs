@@ -1,0 +1,990 @@
+//! Units as operators write them: byte sizes (`64KiB`), rate limits (`10Gbps`, `1200MiB/s`,
+//! `50000msg/s`, `25%`) and durations (`500ms`).
+//!
+//! Why a module of its own: the same strings appear in the YAML config, on the command line and in
+//! error messages, and a rate limit that is silently read 8× too high (bits vs bytes) or ignored
+//! (perftest's limiter below tx_depth msg/s, lab-notes.md) is exactly the kind of bug this product
+//! exists to avoid. So parsing is strict, every rejection names the accepted forms, and values
+//! print back in a form that parses to the same value (`Display` round-trips).
+//!
+//! Case: units are case-insensitive, except for the one letter that tells bits from bytes where
+//! it is the *only* thing that does: `Gb/s` or `MBps` are refused as ambiguous (write `Gbps` for
+//! bits or `GB/s` for bytes) instead of being guessed.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// Forms accepted for a byte size; quoted in every byte-size error.
+pub const BYTE_SIZE_FORMS: &str = "a whole number of bytes with an optional unit: 65536, 64K or \
+     64KiB (K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024, as in perftest's -s), 64KB \
+     (KB, MB, GB, TB are powers of 1000), 512B";
+
+/// Forms accepted for a rate limit; quoted in every rate-limit error.
+pub const RATE_LIMIT_FORMS: &str = "a positive number with a unit: bits per second (50Mbps, \
+     10Gbps; also bps, Kbps, Tbps, Gbit/s), bytes per second (1200MiB/s, 1GiB/s, 500MB/s; also \
+     B/s, KiB/s, KB/s, GB/s, TiB/s, TB/s), messages per second (50000msg/s) or a percentage of \
+     the link rate (25%, more than 0 and at most 100)";
+
+/// Largest byte size accepted (2^60 B = 1 EiB): far above any buffer, far below `u64::MAX`, so
+/// products with small counts cannot overflow unnoticed.
+pub const MAX_BYTE_SIZE: u64 = 1 << 60;
+
+/// Why a size, rate or duration string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("empty {what}; expected {accepted}")]
+    Empty {
+        what: &'static str,
+        accepted: &'static str,
+    },
+    #[error("invalid number in {what} {input:?}; expected {accepted}")]
+    InvalidNumber {
+        what: &'static str,
+        input: String,
+        accepted: &'static str,
+    },
+    #[error("{what} {input:?} must be greater than zero; expected {accepted}")]
+    NotPositive {
+        what: &'static str,
+        input: String,
+        accepted: &'static str,
+    },
+    #[error("unknown unit {unit:?} in {what} {input:?}; expected {accepted}")]
+    UnknownUnit {
+        what: &'static str,
+        input: String,
+        unit: String,
+        accepted: &'static str,
+    },
+    #[error("ambiguous unit {unit:?} in {input:?}: {hint}")]
+    AmbiguousUnit {
+        input: String,
+        unit: String,
+        hint: &'static str,
+    },
+    #[error("{what} {input:?} is too large (at most {max})")]
+    TooLarge {
+        what: &'static str,
+        input: String,
+        max: String,
+    },
+    #[error("byte size {input:?} is not a whole number of bytes; expected {BYTE_SIZE_FORMS}")]
+    FractionalBytes { input: String },
+    #[error("percentage {input:?} must be more than 0 and at most 100")]
+    PercentOutOfRange { input: String },
+    #[error("invalid duration {input:?}: {reason} (write e.g. 500ms, 3s, 1m 30s)")]
+    InvalidDuration { input: String, reason: String },
+    #[error("duration {input:?} must be greater than zero")]
+    ZeroDuration { input: String },
+}
+
+/// Why a [`RateLimit`] could not be turned into a concrete rate for one burst.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ResolveError {
+    #[error(
+        "rate limit {limit} is a percentage of the link rate, but the link rate is not known \
+         (sysfs gave none for either end); set an absolute limit such as 10Gbps or 1200MiB/s"
+    )]
+    LinkRateUnknown { limit: String },
+    #[error("link rate {0} B/s is not a positive finite number")]
+    InvalidLinkRate(f64),
+    #[error("message size must be at least 1 byte")]
+    ZeroMessageSize,
+    #[error(
+        "rate {bytes_per_second} B/s = {messages_per_second} msg/s is not a usable positive \
+         finite rate"
+    )]
+    Unusable {
+        messages_per_second: f64,
+        bytes_per_second: f64,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared lexing
+
+/// Splits `"  64 KiB "` into `("64", "KiB")`. The number is the leading run of ASCII digits and
+/// dots (a sign is kept so it can be reported as "must be greater than zero").
+fn split_number(input: &str) -> (&str, &str) {
+    let s = input.trim();
+    let end = s
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || (i == 0 && (c == '-' || c == '+'))))
+        .map_or(s.len(), |(i, _)| i);
+    (&s[..end], s[end..].trim())
+}
+
+/// Checks the `digits[.digits]` grammar (no exponent, no `inf`/`nan`, at most one dot, a digit
+/// on at least one side of it). Returns `(integer digits, fraction digits)`.
+fn decimal_parts(number: &str) -> Option<(&str, &str)> {
+    let (int, frac) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return None;
+    }
+    Some((int, frac))
+}
+
+/// Parses the numeric part shared by sizes and rates, rejecting signs with a clear error.
+fn parse_positive_decimal<'a>(
+    input: &str,
+    number: &'a str,
+    what: &'static str,
+    accepted: &'static str,
+) -> Result<(&'a str, &'a str), UnitError> {
+    if number.is_empty() {
+        return Err(if input.trim().is_empty() {
+            UnitError::Empty { what, accepted }
+        } else {
+            UnitError::InvalidNumber {
+                what,
+                input: input.to_owned(),
+                accepted,
+            }
+        });
+    }
+    if number.starts_with('-') {
+        return Err(UnitError::NotPositive {
+            what,
+            input: input.to_owned(),
+            accepted,
+        });
+    }
+    let unsigned = number.strip_prefix('+').unwrap_or(number);
+    decimal_parts(unsigned).ok_or_else(|| UnitError::InvalidNumber {
+        what,
+        input: input.to_owned(),
+        accepted,
+    })
+}
+
+/// The shortest of `candidates` (value printed in that unit) that parses back to exactly `value`.
+fn shortest_exact(value: f64, units: &[(f64, &str)], fallback: &str) -> String {
+    let mut best = format!("{value}{fallback}");
+    for &(scale, name) in units {
+        let q = value / scale;
+        if q >= 1.0 && q.is_finite() && q * scale == value {
+            let s = format!("{q}{name}");
+            if s.len() < best.len() {
+                best = s;
+            }
+        }
+    }
+    best
+}
+
+// ---------------------------------------------------------------------------------------------
+// ByteSize
+
+/// A size in bytes as operators write it: `65536`, `64K`, `64KiB`, `64KB`.
+///
+/// `K`/`M`/`G`/`T` mean powers of 1024 because that is what perftest's `-s 64K` means, and
+/// operators copy flags from perftest; `KB`/`MB`/... are SI powers of 1000. Fractions are allowed
+/// when the result is a whole number of bytes (`1.5KiB` = 1536).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// The number of bytes.
+    pub const fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+fn byte_unit_multiplier(unit: &str) -> Option<u64> {
+    const K: u64 = 1 << 10;
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => K,
+        "m" | "mib" => K * K,
+        "g" | "gib" => K * K * K,
+        "t" | "tib" => K * K * K * K,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    })
+}
+
+impl std::str::FromStr for ByteSize {
+    type Err = UnitError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        const WHAT: &str = "byte size";
+        let (number, unit) = split_number(input);
+        let (int, frac) = parse_positive_decimal(input, number, WHAT, BYTE_SIZE_FORMS)?;
+        let multiplier = byte_unit_multiplier(unit).ok_or_else(|| UnitError::UnknownUnit {
+            what: WHAT,
+            input: input.to_owned(),
+            unit: unit.to_owned(),
+            accepted: BYTE_SIZE_FORMS,
+        })?;
+        let too_large = || UnitError::TooLarge {
+            what: WHAT,
+            input: input.to_owned(),
+            max: format!("{}", ByteSize(MAX_BYTE_SIZE)),
+        };
+        // Exact decimal arithmetic: mantissa / 10^scale * multiplier, in u128.
+        let int = int.trim_start_matches('0');
+        let frac = frac.trim_end_matches('0');
+        if int.len() + frac.len() > 30 {
+            return Err(too_large());
+        }
+        // At most 30 digits: fits u128 (< 3.4e38); the product below is checked.
+        let mantissa: u128 = format!("0{int}{frac}").parse().map_err(|_| too_large())?;
+        let denominator = 10u128.pow(frac.len() as u32);
+        let scaled = mantissa
+            .checked_mul(u128::from(multiplier))
+            .ok_or_else(too_large)?;
+        if scaled % denominator != 0 {
+            return Err(UnitError::FractionalBytes {
+                input: input.to_owned(),
+            });
+        }
+        let bytes = scaled / denominator;
+        if bytes > u128::from(MAX_BYTE_SIZE) {
+            return Err(too_large());
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    /// The largest binary unit that divides exactly, else the largest SI unit, else bytes:
+    /// `64KiB`, `1GB`, `1000B`... always parses back to the same value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 8] = [
+            (1 << 40, "TiB"),
+            (1 << 30, "GiB"),
+            (1 << 20, "MiB"),
+            (1 << 10, "KiB"),
+            (1_000_000_000_000, "TB"),
+            (1_000_000_000, "GB"),
+            (1_000_000, "MB"),
+            (1_000, "KB"),
+        ];
+        let n = self.0;
+        match UNITS.iter().find(|(u, _)| n >= *u && n % u == 0) {
+            Some((u, name)) => write!(f, "{}{name}", n / u),
+            None => write!(f, "{n}B"),
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    /// From a string (`"64KiB"`) or a plain non-negative integer (`65536`, as YAML gives it).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(BYTE_SIZE_FORMS)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                if v > MAX_BYTE_SIZE {
+                    return Err(E::custom(format!(
+                        "byte size {v} is too large (at most {})",
+                        ByteSize(MAX_BYTE_SIZE)
+                    )));
+                }
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "byte size {v} must not be negative; expected {BYTE_SIZE_FORMS}"
+                    ))),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RateLimit
+
+/// A software rate limit as configured, before the message size and link rate are known.
+///
+/// Each variant holds its value in the base unit of its kind (bit/s, B/s, msg/s, percent); the
+/// unit the operator wrote is not kept, `Display` picks the shortest exact form.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateLimit {
+    /// Bits per second (SI: `Mbps` = 10^6 bit/s, `Gbps` = 10^9 bit/s, like perftest's Gb/s).
+    BitsPerSecond(f64),
+    /// Payload bytes per second (`MiB/s` = 2^20 B/s like perftest's default unit, `MB/s` = 10^6).
+    BytesPerSecond(f64),
+    /// RDMA WRITE messages (work requests) per second.
+    MessagesPerSecond(f64),
+    /// Percent of the link rate (the lower of both ends), in `(0, 100]`.
+    PercentOfLink(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RateKind {
+    Bits,
+    Bytes,
+    Messages,
+    Percent,
+}
+
+/// Maps a unit (already split from its number) to a kind and multiplier.
+fn rate_unit(input: &str, unit: &str) -> Result<(RateKind, f64), UnitError> {
+    let lower = unit.to_ascii_lowercase();
+    let si = |prefix: &str| -> Option<f64> {
+        Some(match prefix {
+            "" => 1.0,
+            "k" => 1e3,
+            "m" => 1e6,
+            "g" => 1e9,
+            "t" => 1e12,
+            _ => return None,
+        })
+    };
+    let iec = |prefix: &str| -> Option<f64> {
+        Some(match prefix {
+            "ki" => 1024.0,
+            "mi" => 1024.0 * 1024.0,
+            "gi" => 1024.0 * 1024.0 * 1024.0,
+            "ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            _ => return None,
+        })
+    };
+    let ambiguous = |hint| UnitError::AmbiguousUnit {
+        input: input.to_owned(),
+        unit: unit.to_owned(),
+        hint,
+    };
+    if lower == "%" {
+        return Ok((RateKind::Percent, 1.0));
+    }
+    if matches!(
+        lower.as_str(),
+        "msg/s" | "msgs/s" | "message/s" | "messages/s"
+    ) {
+        return Ok((RateKind::Messages, 1.0));
+    }
+    for suffix in ["bit/s", "bits/s"] {
+        if let Some(m) = lower.strip_suffix(suffix).and_then(si) {
+            return Ok((RateKind::Bits, m));
+        }
+    }
+    if let Some(prefix) = lower.strip_suffix("bps") {
+        if let Some(m) = si(prefix) {
+            // `MBps` is read as megabytes by some and megabits by others: refuse to guess.
+            if unit.as_bytes()[prefix.len()] == b'B' {
+                return Err(ambiguous(
+                    "\"Bps\" with a capital B is read as bytes by some and bits by others; \
+                     write Mbps/Gbps for bits or MB/s, MiB/s for bytes",
+                ));
+            }
+            return Ok((RateKind::Bits, m));
+        }
+    }
+    if let Some(prefix) = lower.strip_suffix("b/s") {
+        if let Some(m) = iec(prefix) {
+            return Ok((RateKind::Bytes, m));
+        }
+        if let Some(m) = si(prefix) {
+            // `Gb/s` is perftest's spelling of gigabits, `GB/s` is gigabytes; one letter's case
+            // must not silently change the rate 8×.
+            if unit.as_bytes()[prefix.len()] == b'b' {
+                return Err(ambiguous(
+                    "a lowercase b in \"b/s\" means bits, but units are otherwise \
+                     case-insensitive; write Gbps or Gbit/s for bits, GB/s or GiB/s for bytes",
+                ));
+            }
+            return Ok((RateKind::Bytes, m));
+        }
+    }
+    Err(UnitError::UnknownUnit {
+        what: "rate limit",
+        input: input.to_owned(),
+        unit: unit.to_owned(),
+        accepted: RATE_LIMIT_FORMS,
+    })
+}
+
+impl std::str::FromStr for RateLimit {
+    type Err = UnitError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        const WHAT: &str = "rate limit";
+        let (number, unit) = split_number(input);
+        parse_positive_decimal(input, number, WHAT, RATE_LIMIT_FORMS)?;
+        if unit.is_empty() {
+            return Err(UnitError::UnknownUnit {
+                what: WHAT,
+                input: input.to_owned(),
+                unit: String::new(),
+                accepted: RATE_LIMIT_FORMS,
+            });
+        }
+        let (kind, multiplier) = rate_unit(input, unit)?;
+        let value: f64 = number
+            .strip_prefix('+')
+            .unwrap_or(number)
+            .parse()
+            .map_err(|_| UnitError::InvalidNumber {
+                what: WHAT,
+                input: input.to_owned(),
+                accepted: RATE_LIMIT_FORMS,
+            })?;
+        let value = value * multiplier;
+        if value.is_infinite() {
+            return Err(UnitError::TooLarge {
+                what: WHAT,
+                input: input.to_owned(),
+                max: format!("{}", f64::MAX),
+            });
+        }
+        if value.is_nan() || value <= 0.0 {
+            return Err(UnitError::NotPositive {
+                what: WHAT,
+                input: input.to_owned(),
+                accepted: RATE_LIMIT_FORMS,
+            });
+        }
+        Ok(match kind {
+            RateKind::Bits => RateLimit::BitsPerSecond(value),
+            RateKind::Bytes => RateLimit::BytesPerSecond(value),
+            RateKind::Messages => RateLimit::MessagesPerSecond(value),
+            RateKind::Percent if value > 100.0 => {
+                return Err(UnitError::PercentOutOfRange {
+                    input: input.to_owned(),
+                })
+            }
+            RateKind::Percent => RateLimit::PercentOfLink(value),
+        })
+    }
+}
+
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const KI: f64 = 1024.0;
+        match *self {
+            RateLimit::BitsPerSecond(v) => f.write_str(&shortest_exact(
+                v,
+                &[(1e12, "Tbps"), (1e9, "Gbps"), (1e6, "Mbps"), (1e3, "Kbps")],
+                "bps",
+            )),
+            RateLimit::BytesPerSecond(v) => f.write_str(&shortest_exact(
+                v,
+                &[
+                    (KI * KI * KI * KI, "TiB/s"),
+                    (KI * KI * KI, "GiB/s"),
+                    (KI * KI, "MiB/s"),
+                    (KI, "KiB/s"),
+                    (1e12, "TB/s"),
+                    (1e9, "GB/s"),
+                    (1e6, "MB/s"),
+                    (1e3, "KB/s"),
+                ],
+                "B/s",
+            )),
+            RateLimit::MessagesPerSecond(v) => write!(f, "{v}msg/s"),
+            RateLimit::PercentOfLink(v) => write!(f, "{v}%"),
+        }
+    }
+}
+
+impl Serialize for RateLimit {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RateLimit {
+    /// From a string only: a bare number has no unit, and guessing one is how rates go 8× wrong.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RateLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(RATE_LIMIT_FORMS)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RateLimit, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RateLimit, E> {
+                Err(E::custom(format!(
+                    "rate limit {v} has no unit; expected {RATE_LIMIT_FORMS}"
+                )))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RateLimit, E> {
+                Err(E::custom(format!(
+                    "rate limit {v} has no unit; expected {RATE_LIMIT_FORMS}"
+                )))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RateLimit, E> {
+                Err(E::custom(format!(
+                    "rate limit {v} has no unit; expected {RATE_LIMIT_FORMS}"
+                )))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A rate limit made concrete for one burst: a message size and (for `%`) a link rate applied.
+///
+/// Both views are kept because the pacer works in messages and the metrics in bytes. The fields
+/// are private so that every value in circulation is positive and finite (checked once, here).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ResolvedRate {
+    messages_per_second: f64,
+    bytes_per_second: f64,
+}
+
+impl ResolvedRate {
+    /// A rate of `messages_per_second` messages of `message_size` bytes.
+    pub fn from_messages_per_second(
+        messages_per_second: f64,
+        message_size: u64,
+    ) -> Result<Self, ResolveError> {
+        if message_size == 0 {
+            return Err(ResolveError::ZeroMessageSize);
+        }
+        Self::checked(
+            messages_per_second,
+            messages_per_second * message_size as f64,
+        )
+    }
+
+    /// A rate of `bytes_per_second` payload bytes in messages of `message_size` bytes.
+    pub fn from_bytes_per_second(
+        bytes_per_second: f64,
+        message_size: u64,
+    ) -> Result<Self, ResolveError> {
+        if message_size == 0 {
+            return Err(ResolveError::ZeroMessageSize);
+        }
+        Self::checked(bytes_per_second / message_size as f64, bytes_per_second)
+    }
+
+    fn checked(messages_per_second: f64, bytes_per_second: f64) -> Result<Self, ResolveError> {
+        let ok = |v: f64| v.is_finite() && v > 0.0;
+        if ok(messages_per_second) && ok(bytes_per_second) {
+            Ok(Self {
+                messages_per_second,
+                bytes_per_second,
+            })
+        } else {
+            Err(ResolveError::Unusable {
+                messages_per_second,
+                bytes_per_second,
+            })
+        }
+    }
+
+    /// Messages (RDMA WRITE work requests) per second; what the pacer meters.
+    pub fn messages_per_second(&self) -> f64 {
+        self.messages_per_second
+    }
+
+    /// Payload bytes per second; what `rdma_probe_target_bandwidth_bytes_per_second` reports.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes_per_second
+    }
+}
+
+impl RateLimit {
+    /// Turns the configured limit into a concrete rate for messages of `message_size` bytes.
+    ///
+    /// `link_rate_bytes_per_second` is the lower link rate of both ends (brief §3); it is only
+    /// needed, and only checked, for a percentage.
+    pub fn resolve(
+        &self,
+        message_size: u64,
+        link_rate_bytes_per_second: Option<f64>,
+    ) -> Result<ResolvedRate, ResolveError> {
+        match *self {
+            RateLimit::BitsPerSecond(bits) => {
+                ResolvedRate::from_bytes_per_second(bits / 8.0, message_size)
+            }
+            RateLimit::BytesPerSecond(bytes) => {
+                ResolvedRate::from_bytes_per_second(bytes, message_size)
+            }
+            RateLimit::MessagesPerSecond(msgs) => {
+                ResolvedRate::from_messages_per_second(msgs, message_size)
+            }
+            RateLimit::PercentOfLink(percent) => {
+                let link =
+                    link_rate_bytes_per_second.ok_or_else(|| ResolveError::LinkRateUnknown {
+                        limit: self.to_string(),
+                    })?;
+                if !(link.is_finite() && link > 0.0) {
+                    return Err(ResolveError::InvalidLinkRate(link));
+                }
+                ResolvedRate::from_bytes_per_second(link * percent / 100.0, message_size)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durations
+
+/// Parses a human duration (`500ms`, `3s`, `1m 30s`, `2h`) via humantime, with an error that
+/// names the input. Zero is allowed here (e.g. "no jitter"); see [`parse_positive_duration`].
+pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
+    humantime::parse_duration(input.trim()).map_err(|e| UnitError::InvalidDuration {
+        input: input.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Like [`parse_duration`] but refuses zero, for intervals, timeouts and burst lengths where zero
+/// would mean "spin forever" or "never finish".
+pub fn parse_positive_duration(input: &str) -> Result<Duration, UnitError> {
+    let d = parse_duration(input)?;
+    if d.is_zero() {
+        return Err(UnitError::ZeroDuration {
+            input: input.to_owned(),
+        });
+    }
+    Ok(d)
+}
+
+/// `#[serde(deserialize_with = "...")]` helper: a duration from a human string.
+pub fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(de::Error::custom)
+}
+
+/// `#[serde(deserialize_with = "...")]` helper: a non-zero duration from a human string.
+pub fn deserialize_positive_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_positive_duration(&s).map_err(de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn size(s: &str) -> u64 {
+        s.parse::<ByteSize>().unwrap().0
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(size("65536"), 65536);
+        assert_eq!(size("64K"), 65536);
+        assert_eq!(size("64k"), 65536);
+        assert_eq!(size("64KiB"), 65536);
+        assert_eq!(size("64 kib"), 65536);
+        assert_eq!(size("64KB"), 64_000);
+        assert_eq!(size("1M"), 1 << 20);
+        assert_eq!(size("256MiB"), 256 << 20);
+        assert_eq!(size("1G"), 1 << 30);
+        assert_eq!(size("2GB"), 2_000_000_000);
+        assert_eq!(size("1.5KiB"), 1536);
+        assert_eq!(size("0.5K"), 512);
+        assert_eq!(size("512B"), 512);
+        assert_eq!(size("1TiB"), 1 << 40);
+        assert_eq!(
+            size(" 0 "),
+            0,
+            "zero is a size; callers decide if it is allowed"
+        );
+    }
+
+    #[test]
+    fn byte_size_errors() {
+        for bad in [
+            "", "  ", "K", "-1", "64X", "1.3B", "1e3", "inf", "nan", "0x10", "1..2K",
+        ] {
+            let err = bad.parse::<ByteSize>().unwrap_err();
+            let msg = err.to_string();
+            assert!(!msg.is_empty(), "{bad:?}");
+        }
+        assert!(matches!(
+            "1.3B".parse::<ByteSize>(),
+            Err(UnitError::FractionalBytes { .. })
+        ));
+        assert!(matches!(
+            "-1K".parse::<ByteSize>(),
+            Err(UnitError::NotPositive { .. })
+        ));
+        assert!(matches!(
+            "2000000TiB".parse::<ByteSize>(),
+            Err(UnitError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            "99999999999999999999999999999999999".parse::<ByteSize>(),
+            Err(UnitError::TooLarge { .. })
+        ));
+        let msg = "64X".parse::<ByteSize>().unwrap_err().to_string();
+        assert!(msg.contains("KiB") && msg.contains("\"X\""), "{msg}");
+    }
+
+    #[test]
+    fn byte_size_display() {
+        assert_eq!(ByteSize(65536).to_string(), "64KiB");
+        assert_eq!(ByteSize(1 << 30).to_string(), "1GiB");
+        assert_eq!(ByteSize(1000).to_string(), "1KB");
+        assert_eq!(ByteSize(1001).to_string(), "1001B");
+        assert_eq!(ByteSize(0).to_string(), "0B");
+    }
+
+    fn rate(s: &str) -> RateLimit {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn rate_limits() {
+        assert_eq!(rate("50Mbps"), RateLimit::BitsPerSecond(50e6));
+        assert_eq!(rate("10Gbps"), RateLimit::BitsPerSecond(10e9));
+        assert_eq!(rate("10 gbps"), RateLimit::BitsPerSecond(10e9));
+        assert_eq!(rate("10GBIT/S"), RateLimit::BitsPerSecond(10e9));
+        assert_eq!(rate("2.5Gbps"), RateLimit::BitsPerSecond(2.5e9));
+        assert_eq!(
+            rate("1200MiB/s"),
+            RateLimit::BytesPerSecond(1200.0 * 1048576.0)
+        );
+        assert_eq!(
+            rate("1200mib/s"),
+            RateLimit::BytesPerSecond(1200.0 * 1048576.0)
+        );
+        assert_eq!(rate("1GiB/s"), RateLimit::BytesPerSecond(1073741824.0));
+        assert_eq!(rate("500MB/s"), RateLimit::BytesPerSecond(500e6));
+        assert_eq!(rate("50000msg/s"), RateLimit::MessagesPerSecond(50000.0));
+        assert_eq!(rate("50000 MSG/S"), RateLimit::MessagesPerSecond(50000.0));
+        assert_eq!(rate("25%"), RateLimit::PercentOfLink(25.0));
+        assert_eq!(rate("100%"), RateLimit::PercentOfLink(100.0));
+        assert_eq!(rate("0.5%"), RateLimit::PercentOfLink(0.5));
+    }
+
+    #[test]
+    fn rate_limit_errors() {
+        fn kind(e: &UnitError) -> &'static str {
+            match e {
+                UnitError::Empty { .. } => "empty",
+                UnitError::InvalidNumber { .. } => "number",
+                UnitError::NotPositive { .. } => "not_positive",
+                UnitError::UnknownUnit { .. } => "unit",
+                UnitError::AmbiguousUnit { .. } => "ambiguous",
+                UnitError::TooLarge { .. } => "too_large",
+                UnitError::PercentOutOfRange { .. } => "percent",
+                _ => "other",
+            }
+        }
+        let cases = [
+            ("", "empty"),
+            ("0Gbps", "not_positive"),
+            ("0.0%", "not_positive"),
+            ("-5Gbps", "not_positive"),
+            ("0%", "not_positive"),
+            ("101%", "percent"),
+            ("100.001%", "percent"),
+            ("NaNGbps", "number"),
+            ("infGbps", "number"),
+            ("1e9bps", "unit"),
+            ("10", "unit"),
+            ("10furlongs", "unit"),
+            ("10Gb/s", "ambiguous"),
+            ("10MBps", "ambiguous"),
+            ("10mb/s", "ambiguous"),
+            ("Gbps", "number"),
+            ("1.2.3Gbps", "number"),
+        ];
+        for (input, expected) in cases {
+            let err = input.parse::<RateLimit>().unwrap_err();
+            assert_eq!(kind(&err), expected, "{input:?} gave {err:?}");
+        }
+        let huge = format!("{}TiB/s", "9".repeat(400));
+        assert!(matches!(
+            huge.parse::<RateLimit>(),
+            Err(UnitError::TooLarge { .. })
+        ));
+        let msg = "10furlongs".parse::<RateLimit>().unwrap_err().to_string();
+        for form in ["Gbps", "MiB/s", "msg/s", "%"] {
+            assert!(msg.contains(form), "error should list {form}: {msg}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_display() {
+        assert_eq!(rate("10Gbps").to_string(), "10Gbps");
+        assert_eq!(rate("50Mbps").to_string(), "50Mbps");
+        assert_eq!(rate("1200MiB/s").to_string(), "1200MiB/s");
+        assert_eq!(rate("1GB/s").to_string(), "1GB/s");
+        assert_eq!(rate("50000msg/s").to_string(), "50000msg/s");
+        assert_eq!(rate("25%").to_string(), "25%");
+        assert_eq!(rate("1bps").to_string(), "1bps");
+    }
+
+    #[test]
+    fn resolve() {
+        let r = rate("10Gbps").resolve(65536, None).unwrap();
+        assert_eq!(r.bytes_per_second(), 1.25e9);
+        assert!((r.messages_per_second() - 1.25e9 / 65536.0).abs() < 1e-9);
+        let r = rate("50000msg/s").resolve(4096, None).unwrap();
+        assert_eq!(r.messages_per_second(), 50000.0);
+        assert_eq!(r.bytes_per_second(), 50000.0 * 4096.0);
+        let r = rate("1200MiB/s").resolve(1 << 20, None).unwrap();
+        assert_eq!(r.messages_per_second(), 1200.0);
+        let r = rate("25%").resolve(65536, Some(12.5e9)).unwrap();
+        assert_eq!(r.bytes_per_second(), 3.125e9);
+        let err = rate("25%").resolve(65536, None).unwrap_err();
+        assert!(matches!(err, ResolveError::LinkRateUnknown { .. }));
+        assert!(err.to_string().contains("25%"), "{err}");
+        assert!(matches!(
+            rate("25%").resolve(65536, Some(f64::NAN)),
+            Err(ResolveError::InvalidLinkRate(_))
+        ));
+        assert!(matches!(
+            rate("25%").resolve(65536, Some(0.0)),
+            Err(ResolveError::InvalidLinkRate(_))
+        ));
+        assert_eq!(
+            rate("1Gbps").resolve(0, None),
+            Err(ResolveError::ZeroMessageSize)
+        );
+    }
+
+    #[test]
+    fn serde_forms() {
+        #[derive(Deserialize, Serialize, Debug)]
+        struct C {
+            size: ByteSize,
+            rate: RateLimit,
+            #[serde(deserialize_with = "deserialize_positive_duration", skip_serializing)]
+            burst: Duration,
+        }
+        let c: C =
+            serde_json::from_str(r#"{"size":"64KiB","rate":"25%","burst":"500ms"}"#).unwrap();
+        assert_eq!(c.size, ByteSize(65536));
+        assert_eq!(c.rate, RateLimit::PercentOfLink(25.0));
+        assert_eq!(c.burst, Duration::from_millis(500));
+        let c: C = serde_json::from_str(r#"{"size":65536,"rate":"10Gbps","burst":"3s"}"#).unwrap();
+        assert_eq!(c.size, ByteSize(65536));
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"size":"64KiB","rate":"10Gbps"}"#
+        );
+        let err = serde_json::from_str::<C>(r#"{"size":-1,"rate":"1Gbps","burst":"1s"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("negative"), "{err}");
+        let err = serde_json::from_str::<C>(r#"{"size":1,"rate":10,"burst":"1s"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no unit"), "{err}");
+        let err = serde_json::from_str::<C>(r#"{"size":1,"rate":"1Gbps","burst":"0s"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("greater than zero"), "{err}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration(" 3s ").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        assert!(matches!(
+            parse_positive_duration("0ms"),
+            Err(UnitError::ZeroDuration { .. })
+        ));
+        let err = parse_duration("3 parsecs").unwrap_err();
+        assert!(err.to_string().contains("3 parsecs"), "{err}");
+        assert!(parse_duration("").is_err());
+    }
+
+    fn any_rate() -> impl Strategy<Value = RateLimit> {
+        prop_oneof![
+            (1e-3f64..1e15).prop_map(RateLimit::BitsPerSecond),
+            (1e-3f64..1e15).prop_map(RateLimit::BytesPerSecond),
+            (1u64..1u64 << 50).prop_map(|v| RateLimit::BytesPerSecond(v as f64)),
+            (1e-3f64..1e12).prop_map(RateLimit::MessagesPerSecond),
+            (1e-6f64..=100.0).prop_map(RateLimit::PercentOfLink),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn byte_size_display_round_trips(n in 0u64..=MAX_BYTE_SIZE) {
+            let s = ByteSize(n).to_string();
+            prop_assert_eq!(s.parse::<ByteSize>().unwrap(), ByteSize(n), "{}", s);
+        }
+
+        #[test]
+        fn byte_size_units_multiply(n in 0u64..1 << 20, unit in 0usize..6) {
+            let (name, mult) = [("K", 1u64 << 10), ("MiB", 1 << 20), ("g", 1 << 30),
+                ("KB", 1000), ("mb", 1_000_000), ("", 1)][unit];
+            prop_assert_eq!(format!("{n}{name}").parse::<ByteSize>().unwrap().0, n * mult);
+        }
+
+        #[test]
+        fn rate_display_round_trips(r in any_rate()) {
+            let s = r.to_string();
+            prop_assert_eq!(s.parse::<RateLimit>().unwrap(), r, "{}", s);
+        }
+
+        #[test]
+        fn resolved_rates_are_positive_and_finite(
+            r in any_rate(),
+            size in 1u64..=1 << 30,
+            link in proptest::option::of(1e3f64..1e13),
+        ) {
+            match r.resolve(size, link) {
+                Ok(rr) => {
+                    prop_assert!(rr.messages_per_second().is_finite());
+                    prop_assert!(rr.messages_per_second() > 0.0);
+                    prop_assert!(rr.bytes_per_second().is_finite());
+                    prop_assert!(rr.bytes_per_second() > 0.0);
+                }
+                Err(ResolveError::LinkRateUnknown { .. }) => {
+                    prop_assert!(matches!(r, RateLimit::PercentOfLink(_)));
+                    prop_assert!(link.is_none());
+                }
+                Err(e) => prop_assert!(false, "{r} size {size}: {e}"),
+            }
+        }
+
+        #[test]
+        fn parsing_never_panics(s in "\\PC{0,24}") {
+            let _ = s.parse::<RateLimit>();
+            let _ = s.parse::<ByteSize>();
+            let _ = parse_duration(&s);
+        }
+
+        #[test]
+        fn parsing_never_panics_near_misses(
+            num in "[-+]?[0-9.]{0,12}",
+            sp in " ?",
+            unit in "(%|[kKmMgGtT]?[iI]?([bB]ps|[bB]/s|bit/s)|msg/s|[kKmMgG][bB]?|[bB]|xyz)",
+        ) {
+            let s = format!("{num}{sp}{unit}");
+            if let Ok(r) = s.parse::<RateLimit>() {
+                let ok = match r {
+                    RateLimit::BitsPerSecond(v) | RateLimit::BytesPerSecond(v)
+                    | RateLimit::MessagesPerSecond(v) => v > 0.0 && v.is_finite(),
+                    RateLimit::PercentOfLink(p) => p > 0.0 && p <= 100.0,
+                };
+                prop_assert!(ok, "{} -> {:?}", s, r);
+            }
+            let _ = s.parse::<ByteSize>();
+        }
+    }
+}

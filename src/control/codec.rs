@@ -1,0 +1,585 @@
+//! Framing of control messages: pure encode/decode, no I/O, so it can be unit-tested and fuzzed.
+//!
+//! A frame is a fixed 12-byte header followed by the payload:
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  magic  b"RPXC"           (rejects stray clients, e.g. HTTP, at the first bytes)
+//!      4     2  protocol version, u16 BE (checked before anything else is interpreted)
+//!      6     2  flags, u16 BE            (reserved: must be 0 in v1)
+//!      8     4  payload length, u32 BE   (at most MAX_FRAME_LEN - HEADER_LEN)
+//!     12     n  payload: the Message as JSON (see `message`)
+//! ```
+//!
+//! Why JSON for the payload: the messages are small and rare (a handful per burst, bursts are
+//! seconds apart), so compactness buys nothing, while a readable payload makes packet captures and
+//! interop work easy, and `serde_json` is already a dependency (a binary serde format would add one
+//! more crate to audit in a decoder that faces the network). Why a binary header anyway: the
+//! length and version must be readable before the payload is trusted, and a fixed-size header makes
+//! "check the length before allocating" trivial.
+//!
+//! The decoder never panics and never allocates on the strength of the length field: a length above
+//! the limit is an error as soon as the header is complete, and the payload is parsed in place from
+//! the caller's buffer.
+
+use thiserror::Error;
+
+use super::message::Message;
+
+/// The first four bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"RPXC";
+/// The control protocol version this build speaks. Bump on any incompatible change.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Size of the fixed frame header.
+pub const HEADER_LEN: usize = 12;
+/// Largest frame (header + payload) either side sends or accepts. The biggest legitimate message,
+/// a `SessionAccept` for 64 QPs, is about 10 KiB of JSON; the cap bounds what a peer can make us
+/// buffer.
+pub const MAX_FRAME_LEN: usize = 64 * 1024;
+/// Largest payload that fits in a frame.
+pub const MAX_PAYLOAD_LEN: usize = MAX_FRAME_LEN - HEADER_LEN;
+
+/// Why bytes could not be turned into a message (or a message into a frame).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CodecError {
+    /// The stream does not start with our magic: not a control-protocol peer (or out of sync).
+    #[error(
+        "not a control protocol frame (bad magic {found:02x?}, expected {MAGIC:02x?} \"RPXC\")"
+    )]
+    BadMagic { found: Vec<u8> },
+    /// The peer runs an incompatible build; both versions are named so the operator knows which
+    /// side to upgrade.
+    #[error("peer speaks control protocol v{theirs}, we speak v{ours}: upgrade the older side")]
+    UnsupportedVersion { ours: u16, theirs: u16 },
+    /// The announced (or, on encode, the actual) frame is above [`MAX_FRAME_LEN`].
+    #[error("control frame of {len} bytes exceeds the maximum of {max} bytes")]
+    FrameTooLarge { len: u64, max: usize },
+    /// The header was fine but the frame is not a valid message.
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+}
+
+/// Encode `msg` as one frame of the current protocol version.
+///
+/// Fails if the message does not pass [`Message::validate`] (we never send what we would reject)
+/// or if it does not fit in [`MAX_FRAME_LEN`].
+pub fn encode(msg: &Message) -> Result<Vec<u8>, CodecError> {
+    encode_with_version(msg, PROTOCOL_VERSION)
+}
+
+/// Encode with an explicit header version. Only tests need another version than ours (to act as an
+/// old or future peer); production code uses [`encode`].
+pub(crate) fn encode_with_version(msg: &Message, version: u16) -> Result<Vec<u8>, CodecError> {
+    msg.validate().map_err(CodecError::Malformed)?;
+    let mut frame = Vec::with_capacity(256);
+    frame.extend_from_slice(&MAGIC);
+    frame.extend_from_slice(&version.to_be_bytes());
+    frame.extend_from_slice(&0u16.to_be_bytes());
+    frame.extend_from_slice(&[0u8; 4]); // length, patched below
+    serde_json::to_writer(&mut frame, msg)
+        .map_err(|e| CodecError::Malformed(format!("cannot serialize {}: {e}", msg.kind())))?;
+    if frame.len() > MAX_FRAME_LEN {
+        return Err(CodecError::FrameTooLarge {
+            len: frame.len() as u64,
+            max: MAX_FRAME_LEN,
+        });
+    }
+    let payload_len = u32::try_from(frame.len() - HEADER_LEN)
+        .map_err(|_| CodecError::Malformed("payload length overflow".into()))?;
+    frame[8..12].copy_from_slice(&payload_len.to_be_bytes());
+    Ok(frame)
+}
+
+/// Try to decode one frame from the start of `buf`.
+///
+/// * `Ok(Some((msg, consumed)))`: a complete, valid message; drop `consumed` bytes from the buffer.
+/// * `Ok(None)`: `buf` is a valid prefix of a frame; read more bytes and call again.
+/// * `Err(_)`: the stream is unusable (after a framing error there is no way to resynchronize);
+///   the caller should report the error and close the connection.
+///
+/// Errors are reported as early as the bytes allow: a wrong magic at the first differing byte, a
+/// wrong version or oversize length as soon as the header is complete (before waiting for, or
+/// buffering, the payload).
+pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, CodecError> {
+    decode_with_version(buf, PROTOCOL_VERSION)
+}
+
+/// [`decode`] as a peer speaking `ours` would; see [`encode_with_version`].
+pub(crate) fn decode_with_version(
+    buf: &[u8],
+    ours: u16,
+) -> Result<Option<(Message, usize)>, CodecError> {
+    let magic_seen = buf.len().min(MAGIC.len());
+    if buf[..magic_seen] != MAGIC[..magic_seen] {
+        return Err(CodecError::BadMagic {
+            found: buf[..magic_seen].to_vec(),
+        });
+    }
+    let Some(header) = buf.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let version = u16::from_be_bytes([header[4], header[5]]);
+    if version != ours {
+        return Err(CodecError::UnsupportedVersion {
+            ours,
+            theirs: version,
+        });
+    }
+    let flags = u16::from_be_bytes([header[6], header[7]]);
+    if flags != 0 {
+        // Rejected rather than ignored: a future flag would change how the payload is read, and a
+        // version that needs one must bump the protocol version anyway.
+        return Err(CodecError::Malformed(format!(
+            "reserved header flags set ({flags:#06x})"
+        )));
+    }
+    let payload_len = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+    // u32 -> usize is lossless on every platform we build for; compare in u64 to be sure.
+    if u64::from(payload_len) > MAX_PAYLOAD_LEN as u64 {
+        return Err(CodecError::FrameTooLarge {
+            len: u64::from(payload_len) + HEADER_LEN as u64,
+            max: MAX_FRAME_LEN,
+        });
+    }
+    let frame_len = HEADER_LEN + payload_len as usize;
+    let Some(payload) = buf.get(HEADER_LEN..frame_len) else {
+        return Ok(None);
+    };
+    let msg: Message = serde_json::from_slice(payload)
+        .map_err(|e| CodecError::Malformed(format!("invalid payload: {e}")))?;
+    msg.validate().map_err(CodecError::Malformed)?;
+    Ok(Some((msg, frame_len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::message::*;
+    use crate::reason::ErrorReason;
+    use proptest::prelude::*;
+
+    fn ep(i: u32) -> QpEndpoint {
+        QpEndpoint {
+            qpn: 0x11 + i,
+            psn: 0xabcdef - i,
+            lid: 0,
+            gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, i as u8],
+        }
+    }
+
+    /// One of every message kind (and every outcome), so a new variant without a round trip test
+    /// shows up as a missing entry here.
+    pub(crate) fn all_messages() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                node: "node-a".into(),
+                client_nonce: [7; 32],
+            },
+            Message::Challenge {
+                server_nonce: [1; 32],
+                server_proof: [0xfe; 32],
+            },
+            Message::Authenticate {
+                client_proof: [0x5a; 32],
+            },
+            Message::AuthOk,
+            Message::SessionRequest(SessionRequest {
+                device: Some("mlx5_0".into()),
+                qps: 2,
+                message_size: 65536,
+                region_bytes: 1 << 20,
+                endpoints: vec![ep(0), ep(1)],
+                mtu: 4096,
+                link_rate_bits_per_second: Some(200_000_000_000),
+            }),
+            Message::SessionRequest(SessionRequest {
+                device: None,
+                qps: 1,
+                message_size: 1,
+                region_bytes: 1,
+                endpoints: vec![ep(9)],
+                mtu: 1024,
+                link_rate_bits_per_second: None,
+            }),
+            Message::SessionAccept(SessionAccept {
+                device: "mlx5_1".into(),
+                endpoints: vec![ep(3)],
+                regions: vec![RemoteRegion {
+                    addr: u64::MAX - 4095,
+                    rkey: u32::MAX,
+                    len: 1 << 20,
+                }],
+                mtu: 2048,
+                link_rate_bits_per_second: Some(100_000_000_000),
+            }),
+            Message::BurstStart {
+                burst_id: u64::MAX,
+                seed: 0x0123_4567_89ab_cdef,
+            },
+            Message::BurstReady { burst_id: 3 },
+            Message::Busy {
+                retry_after_ms: 250,
+            },
+            Message::BurstEnd {
+                burst_id: 3,
+                outcome: BurstOutcome::Completed,
+            },
+            Message::BurstEnd {
+                burst_id: 4,
+                outcome: BurstOutcome::Failed {
+                    reason: ErrorReason::WcRetryExceeded,
+                    detail: "transport retry counter exceeded".into(),
+                },
+            },
+            Message::BurstResult(BurstResult {
+                burst_id: 3,
+                validated: true,
+                detail: None,
+                counters: vec![("port_rcv_data".into(), 123), ("np_cnp_sent".into(), 0)],
+            }),
+            Message::BurstResult(BurstResult {
+                burst_id: 4,
+                validated: false,
+                detail: Some("byte 17 of region 0: \"x\" \u{e9}".into()),
+                counters: vec![],
+            }),
+            Message::Error {
+                reason: ErrorReason::Auth,
+                message: "authentication failed".into(),
+            },
+            Message::Close,
+        ]
+    }
+
+    fn frame(version: u16, flags: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = MAGIC.to_vec();
+        f.extend_from_slice(&version.to_be_bytes());
+        f.extend_from_slice(&flags.to_be_bytes());
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for msg in all_messages() {
+            let bytes = encode(&msg).unwrap();
+            assert!(bytes.len() <= MAX_FRAME_LEN);
+            assert_eq!(&bytes[..4], b"RPXC");
+            let (back, used) = decode(&bytes).unwrap().unwrap();
+            assert_eq!(back, msg);
+            assert_eq!(used, bytes.len());
+        }
+    }
+
+    #[test]
+    fn payload_is_tagged_json_with_hex_bytes() {
+        let bytes = encode(&Message::Hello {
+            node: "n".into(),
+            client_nonce: [0xab; 32],
+        })
+        .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes[HEADER_LEN..]).unwrap();
+        assert_eq!(json["type"], "hello");
+        assert_eq!(json["client_nonce"], "ab".repeat(32));
+    }
+
+    #[test]
+    fn every_prefix_asks_for_more() {
+        for msg in all_messages() {
+            let bytes = encode(&msg).unwrap();
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    decode(&bytes[..cut]),
+                    Ok(None),
+                    "{} cut at {cut}",
+                    msg.kind()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn back_to_back_frames_decode_one_at_a_time() {
+        let msgs = all_messages();
+        let mut stream = Vec::new();
+        for m in &msgs {
+            stream.extend(encode(m).unwrap());
+        }
+        let mut at = 0;
+        for m in &msgs {
+            let (back, used) = decode(&stream[at..]).unwrap().unwrap();
+            assert_eq!(&back, m);
+            at += used;
+        }
+        assert_eq!(at, stream.len());
+    }
+
+    #[test]
+    fn bad_magic_is_reported_at_the_first_wrong_byte() {
+        assert!(matches!(
+            decode(b"GET / HTTP/1.1\r\n"),
+            Err(CodecError::BadMagic { .. })
+        ));
+        assert!(matches!(decode(b"G"), Err(CodecError::BadMagic { .. })));
+        assert!(matches!(decode(b"RPX!"), Err(CodecError::BadMagic { .. })));
+        assert_eq!(decode(b"RPX"), Ok(None));
+    }
+
+    #[test]
+    fn version_mismatch_names_both_versions() {
+        let bytes = encode_with_version(&Message::Close, 2).unwrap();
+        let err = decode(&bytes).unwrap_err();
+        assert_eq!(err, CodecError::UnsupportedVersion { ours: 1, theirs: 2 });
+        assert!(err
+            .to_string()
+            .contains("peer speaks control protocol v2, we speak v1"));
+        // Detected from the header alone, without waiting for the payload.
+        assert!(matches!(
+            decode(&bytes[..HEADER_LEN]),
+            Err(CodecError::UnsupportedVersion { .. })
+        ));
+        // And the other way round: a v2 peer reading our frame.
+        let ours = encode(&Message::Close).unwrap();
+        let err = decode_with_version(&ours, 2).unwrap_err().to_string();
+        assert!(
+            err.contains("peer speaks control protocol v1, we speak v2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn oversize_length_is_rejected_from_the_header_alone() {
+        // Only the 12 header bytes exist: the decoder must not wait for (or allocate) 4 GiB.
+        let mut header = frame(PROTOCOL_VERSION, 0, b"");
+        header[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(
+            decode(&header),
+            Err(CodecError::FrameTooLarge {
+                len: u64::from(u32::MAX) + HEADER_LEN as u64,
+                max: MAX_FRAME_LEN
+            })
+        );
+        header[8..12].copy_from_slice(&((MAX_PAYLOAD_LEN + 1) as u32).to_be_bytes());
+        assert!(matches!(
+            decode(&header),
+            Err(CodecError::FrameTooLarge { .. })
+        ));
+        // Exactly at the limit is allowed (it only needs more bytes).
+        header[8..12].copy_from_slice(&(MAX_PAYLOAD_LEN as u32).to_be_bytes());
+        assert_eq!(decode(&header), Ok(None));
+    }
+
+    #[test]
+    fn oversize_message_is_not_encoded() {
+        let msg = Message::Error {
+            reason: ErrorReason::PeerError,
+            message: "x".repeat(MAX_FRAME_LEN),
+        };
+        assert!(matches!(
+            encode(&msg),
+            Err(CodecError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn reserved_flags_are_rejected() {
+        let mut bytes = encode(&Message::Close).unwrap();
+        bytes[7] = 1;
+        assert!(matches!(decode(&bytes), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn unknown_kind_and_garbage_payloads_are_malformed() {
+        for payload in [
+            &br#"{"type":"launch_missiles"}"#[..],
+            br#"{"no_type":1}"#,
+            br#"[]"#,
+            b"",
+            b"\xff\xfe",
+            br#"{"type":"hello","node":"a","client_nonce":"zz"}"#,
+            br#"{"type":"hello","node":"a","client_nonce":"abab"}"#,
+            br#"{"type":"burst_ready","burst_id":-1}"#,
+            br#"{"type":"burst_ready","burst_id":18446744073709551616}"#,
+            br#"{"type":"error","reason":"not_a_reason","message":""}"#,
+            br#"{"type":"close"} trailing"#,
+        ] {
+            let err = decode(&frame(PROTOCOL_VERSION, 0, payload)).unwrap_err();
+            assert!(
+                matches!(err, CodecError::Malformed(_)),
+                "{payload:?}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_for_forward_compatibility() {
+        let bytes = frame(
+            PROTOCOL_VERSION,
+            0,
+            br#"{"type":"burst_ready","burst_id":5,"added_in_v1_1":true}"#,
+        );
+        assert_eq!(
+            decode(&bytes).unwrap().unwrap().0,
+            Message::BurstReady { burst_id: 5 }
+        );
+    }
+
+    #[test]
+    fn invalid_sessions_are_rejected_on_decode_and_encode() {
+        let Message::SessionRequest(good) = all_messages()[4].clone() else {
+            unreachable!()
+        };
+        type Mutation = (&'static str, fn(&mut SessionRequest));
+        let cases: Vec<Mutation> = vec![
+            ("qps 0", |r| {
+                r.qps = 0;
+                r.endpoints.clear();
+            }),
+            ("qps too many", |r| {
+                r.qps = MAX_QPS + 1;
+                r.endpoints = vec![ep(0); (MAX_QPS + 1) as usize];
+            }),
+            ("endpoint count", |r| r.qps = 3),
+            ("message size 0", |r| r.message_size = 0),
+            ("region too small", |r| r.region_bytes = r.message_size - 1),
+            ("mtu", |r| r.mtu = 1500),
+            ("qpn 25 bits", |r| r.endpoints[0].qpn = 1 << 24),
+            ("psn 25 bits", |r| r.endpoints[1].psn = u32::MAX),
+            ("empty device", |r| r.device = Some(String::new())),
+            ("control char", |r| r.device = Some("mlx5_0\n".into())),
+        ];
+        for (what, mutate) in cases {
+            let mut bad = good.clone();
+            mutate(&mut bad);
+            let msg = Message::SessionRequest(bad);
+            assert!(
+                matches!(encode(&msg), Err(CodecError::Malformed(_))),
+                "encode accepted {what}"
+            );
+            let payload = serde_json::to_vec(&msg).unwrap();
+            assert!(
+                matches!(
+                    decode(&frame(PROTOCOL_VERSION, 0, &payload)),
+                    Err(CodecError::Malformed(_))
+                ),
+                "decode accepted {what}"
+            );
+        }
+
+        let Message::SessionAccept(good) = all_messages()[6].clone() else {
+            unreachable!()
+        };
+        let mut bad = good.clone();
+        bad.regions.clear();
+        assert!(encode(&Message::SessionAccept(bad)).is_err());
+        let mut bad = good.clone();
+        bad.regions[0].len = 0;
+        assert!(encode(&Message::SessionAccept(bad)).is_err());
+        let mut bad = good;
+        bad.endpoints.clear();
+        bad.regions.clear();
+        assert!(encode(&Message::SessionAccept(bad)).is_err());
+        assert!(encode(&Message::Hello {
+            node: String::new(),
+            client_nonce: [0; 32]
+        })
+        .is_err());
+    }
+
+    /// Mutations of valid frames: the inputs a fuzzer reaches first, and the ones most likely to get
+    /// past the header checks into the payload parser.
+    fn mutated_frame() -> impl Strategy<Value = Vec<u8>> {
+        let msgs = all_messages();
+        (
+            0..msgs.len(),
+            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..4), 0..8),
+        )
+            .prop_map(move |(i, edits)| {
+                let mut bytes = encode(&msgs[i]).unwrap();
+                for (pos, byte, op) in edits {
+                    if bytes.is_empty() {
+                        bytes.push(byte);
+                        continue;
+                    }
+                    let pos = pos % bytes.len();
+                    match op {
+                        0 => bytes[pos] = byte,
+                        1 => bytes.insert(pos, byte),
+                        2 => {
+                            bytes.remove(pos);
+                        }
+                        _ => bytes.truncate(pos),
+                    }
+                }
+                bytes
+            })
+    }
+
+    /// Checks shared by the property tests (and mirrored by the cargo-fuzz target): no panic, a
+    /// consumed count within the buffer, and a decoded message that re-encodes to itself.
+    fn check_decode_properties(data: &[u8]) {
+        match decode(data) {
+            Ok(Some((msg, used))) => {
+                assert!(used >= HEADER_LEN && used <= data.len() && used <= MAX_FRAME_LEN);
+                if let Ok(again) = encode(&msg) {
+                    assert_eq!(decode(&again).unwrap().unwrap().0, msg);
+                }
+            }
+            Ok(None) => assert!(data.len() < MAX_FRAME_LEN),
+            Err(_) => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+            check_decode_properties(&data);
+        }
+
+        #[test]
+        fn random_payloads_behind_a_valid_header_never_panic(
+            payload in proptest::collection::vec(any::<u8>(), 0..512)
+        ) {
+            check_decode_properties(&frame(PROTOCOL_VERSION, 0, &payload));
+        }
+
+        #[test]
+        fn json_like_payloads_never_panic(payload in r#"\{("[a-z_]{1,12}":("[a-z0-9]{0,64}"|-?[0-9]{1,21}|null|true|\[\]|\{\}),?){0,6}\}"#) {
+            check_decode_properties(&frame(PROTOCOL_VERSION, 0, payload.as_bytes()));
+        }
+
+        #[test]
+        fn mutated_frames_never_panic(data in mutated_frame()) {
+            check_decode_properties(&data);
+        }
+
+        #[test]
+        fn arbitrary_split_points_give_the_same_messages(cut in 0usize..4096) {
+            // A stream decoded incrementally, in two reads split anywhere, yields the same messages.
+            let msgs = all_messages();
+            let stream: Vec<u8> = msgs.iter().flat_map(|m| encode(m).unwrap()).collect();
+            let cut = cut % (stream.len() + 1);
+            let mut buf = stream[..cut].to_vec();
+            let mut rest = &stream[cut..];
+            let mut out = Vec::new();
+            loop {
+                match decode(&buf).unwrap() {
+                    Some((m, used)) => {
+                        out.push(m);
+                        buf.drain(..used);
+                    }
+                    None if rest.is_empty() => break,
+                    None => {
+                        buf.extend_from_slice(rest);
+                        rest = &[];
+                    }
+                }
+            }
+            prop_assert!(buf.is_empty());
+            prop_assert_eq!(out, msgs);
+        }
+    }
+}

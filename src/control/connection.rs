@@ -1,0 +1,765 @@
+//! Control messages over TCP: a framed connection with deadlines, and the authentication handshake.
+//!
+//! Every read and write has a deadline, because a peer that stops talking (crashed, partitioned,
+//! or malicious and slow) must cost a probe slot its timeout, never a stuck task. The handshakes take
+//! one deadline for the whole exchange, so a peer cannot stretch it by answering just in time at
+//! every step.
+//!
+//! After a framing error, EOF or a failed read, the incoming stream is out of sync, so further
+//! receives fail with [`ControlError::Broken`] (sending one last `Error` frame still works). After a
+//! failed or timed-out write a frame may be half on the wire, so the connection refuses all further
+//! use. Either way the caller drops it and, for a session, rebuilds it. A receive *timeout* does
+//! not break anything: partial frames stay buffered for the next call.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout_at, Instant};
+
+use super::auth::{self, AuthMode};
+use super::codec::{self, CodecError};
+use super::message::Message;
+use crate::reason::ErrorReason;
+
+/// Bytes read from the socket per `read` call. Frames are small; this bounds the buffer at
+/// `MAX_FRAME_LEN + READ_CHUNK` whatever the peer sends.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why a control exchange failed. [`ControlError::reason`] gives the metric label.
+#[derive(Debug, Error)]
+pub enum ControlError {
+    /// Could not open the TCP connection (refused, unreachable, name did not resolve).
+    #[error("cannot connect to control port {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The deadline passed while `during` was in progress.
+    #[error("control connection timed out after {after:?} while {during}")]
+    Timeout {
+        during: &'static str,
+        after: Duration,
+    },
+    /// The peer closed the connection (EOF) where a message was expected.
+    #[error("control connection closed by peer")]
+    Closed,
+    /// Reading or writing the socket failed (reset, broken pipe, ...).
+    #[error("control connection I/O error: {0}")]
+    Io(#[source] io::Error),
+    /// The peer sent bytes that are not a valid frame/message, or speaks another version.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The peer sent a valid message that makes no sense at this point of the protocol.
+    #[error("unexpected control message {got:?}, expected {expected}")]
+    Unexpected {
+        expected: &'static str,
+        got: &'static str,
+    },
+    /// The peer failed our authentication check.
+    #[error("authentication failed: {0}")]
+    Auth(&'static str),
+    /// No nonce could be drawn from the operating system.
+    #[error("cannot generate a nonce: {0}")]
+    Random(getrandom::Error),
+    /// The peer reported a failure with an `Error` message.
+    #[error("peer reported {reason}: {message}")]
+    Peer {
+        reason: ErrorReason,
+        message: String,
+    },
+    /// An earlier error left the stream out of sync; drop this connection.
+    #[error("control connection unusable after an earlier error")]
+    Broken,
+}
+
+impl ControlError {
+    /// The `reason` label this failure is counted under.
+    ///
+    /// Losing an established connection (EOF, reset) counts as `connect`: from the prober's point
+    /// of view the peer became unreachable, which is what that label means. A peer's `Error` keeps
+    /// the peer's reason (an auth refusal is `auth` on both ends), except `connect`, which a peer
+    /// cannot meaningfully report about us and becomes `peer_error`.
+    pub fn reason(&self) -> ErrorReason {
+        match self {
+            ControlError::Connect { .. } | ControlError::Closed | ControlError::Io(_) => {
+                ErrorReason::Connect
+            }
+            ControlError::Timeout { .. } => ErrorReason::Timeout,
+            ControlError::Codec(_) | ControlError::Unexpected { .. } | ControlError::Broken => {
+                ErrorReason::Protocol
+            }
+            ControlError::Auth(_) | ControlError::Random(_) => ErrorReason::Auth,
+            ControlError::Peer { reason, .. } => match reason {
+                ErrorReason::Connect => ErrorReason::PeerError,
+                other => *other,
+            },
+        }
+    }
+
+    /// The error for receiving `got` while waiting for `expected`: a peer `Error` becomes
+    /// [`ControlError::Peer`], `Close` becomes [`ControlError::Closed`], anything else
+    /// [`ControlError::Unexpected`].
+    pub fn unexpected(expected: &'static str, got: Message) -> ControlError {
+        match got {
+            Message::Error { reason, message } => ControlError::Peer { reason, message },
+            Message::Close => ControlError::Closed,
+            other => ControlError::Unexpected {
+                expected,
+                got: other.kind(),
+            },
+        }
+    }
+}
+
+/// A framed, deadline-bound control connection.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    peer: Option<SocketAddr>,
+    /// Received bytes not yet decoded; never more than `MAX_FRAME_LEN + READ_CHUNK`.
+    buf: Vec<u8>,
+    /// The incoming stream is out of sync (framing error, EOF, read error): no more receiving,
+    /// but a final `Error` frame can still be sent to tell the peer why.
+    rx_broken: bool,
+    /// A frame may have been half written: nothing more can be sent or trusted in either direction.
+    tx_broken: bool,
+}
+
+/// Open a control connection to `addr` (`host:port`; names are resolved), within `deadline`.
+pub async fn connect(addr: &str, deadline: Duration) -> Result<Connection, ControlError> {
+    let stream = match tokio::time::timeout(deadline, TcpStream::connect(addr)).await {
+        Err(_) => {
+            return Err(ControlError::Timeout {
+                during: "connecting",
+                after: deadline,
+            })
+        }
+        Ok(Err(source)) => {
+            return Err(ControlError::Connect {
+                addr: addr.to_string(),
+                source,
+            })
+        }
+        Ok(Ok(stream)) => stream,
+    };
+    Connection::new(stream).map_err(|source| ControlError::Connect {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+impl Connection {
+    /// Wrap an accepted or connected stream. Sets `TCP_NODELAY`: control messages are small
+    /// request/response pairs, and Nagle would add up to a delayed-ACK timeout to each round trip
+    /// (which shows up in the measured setup time).
+    pub fn new(stream: TcpStream) -> io::Result<Connection> {
+        stream.set_nodelay(true)?;
+        let peer = stream.peer_addr().ok();
+        Ok(Connection {
+            stream,
+            peer,
+            buf: Vec::new(),
+            rx_broken: false,
+            tx_broken: false,
+        })
+    }
+
+    /// The remote address, if the OS still knows it (for logs).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Send one message, giving up after `deadline`.
+    pub async fn send(&mut self, msg: &Message, deadline: Duration) -> Result<(), ControlError> {
+        self.send_before(msg, Instant::now() + deadline, deadline)
+            .await
+    }
+
+    /// Receive one message, giving up after `deadline`. Returns every kind of message as is,
+    /// including `Error` and `Close`; use [`ControlError::unexpected`] for the ones a caller did
+    /// not expect. EOF is [`ControlError::Closed`].
+    pub async fn recv(&mut self, deadline: Duration) -> Result<Message, ControlError> {
+        self.recv_before(Instant::now() + deadline, deadline).await
+    }
+
+    /// Send `msg` and wait for the answer, all within `deadline`. A peer `Error` or `Close` in
+    /// reply is returned as `Err` (see [`ControlError::unexpected`]), so callers only match on the
+    /// answers they expect.
+    pub async fn request(
+        &mut self,
+        msg: &Message,
+        deadline: Duration,
+    ) -> Result<Message, ControlError> {
+        let until = Instant::now() + deadline;
+        self.send_before(msg, until, deadline).await?;
+        match self.recv_before(until, deadline).await? {
+            m @ (Message::Error { .. } | Message::Close) => Err(ControlError::unexpected("", m)),
+            m => Ok(m),
+        }
+    }
+
+    /// Tell the peer why we give up, without waiting long and ignoring failures: the connection is
+    /// about to be dropped anyway, and the local error is what gets reported.
+    pub async fn send_error_best_effort(&mut self, reason: ErrorReason, message: &str) {
+        let msg = Message::Error {
+            reason,
+            message: message.to_string(),
+        };
+        let grace = Duration::from_millis(500);
+        let _ = self.send_before(&msg, Instant::now() + grace, grace).await;
+    }
+
+    /// Flush and half-close the write side (FIN), so the peer reads our last frame and then EOF.
+    pub async fn shutdown(&mut self, deadline: Duration) -> Result<(), ControlError> {
+        match tokio::time::timeout(deadline, self.stream.shutdown()).await {
+            Err(_) => Err(ControlError::Timeout {
+                during: "closing",
+                after: deadline,
+            }),
+            Ok(r) => r.map_err(ControlError::Io),
+        }
+    }
+
+    async fn send_before(
+        &mut self,
+        msg: &Message,
+        until: Instant,
+        budget: Duration,
+    ) -> Result<(), ControlError> {
+        if self.tx_broken {
+            return Err(ControlError::Broken);
+        }
+        // Encoding errors are ours (e.g. an oversize message): the stream is still in sync.
+        let frame = codec::encode(msg)?;
+        match timeout_at(until, self.stream.write_all(&frame)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.tx_broken = true;
+                self.rx_broken = true;
+                Err(io_error(e))
+            }
+            Err(_) => {
+                // Part of the frame may be on the wire: the stream can no longer be trusted.
+                self.tx_broken = true;
+                self.rx_broken = true;
+                Err(ControlError::Timeout {
+                    during: "sending",
+                    after: budget,
+                })
+            }
+        }
+    }
+
+    async fn recv_before(
+        &mut self,
+        until: Instant,
+        budget: Duration,
+    ) -> Result<Message, ControlError> {
+        if self.rx_broken {
+            return Err(ControlError::Broken);
+        }
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            match codec::decode(&self.buf) {
+                Ok(Some((msg, used))) => {
+                    self.buf.drain(..used);
+                    return Ok(msg);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.rx_broken = true;
+                    self.buf = Vec::new();
+                    return Err(e.into());
+                }
+            }
+            // `read` is cancel-safe: on timeout no bytes are lost, and what was buffered stays for
+            // the next call, so a receive timeout does not break the connection.
+            let n = match timeout_at(until, self.stream.read(&mut chunk)).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => {
+                    self.rx_broken = true;
+                    return Err(io_error(e));
+                }
+                Err(_) => {
+                    return Err(ControlError::Timeout {
+                        during: "waiting for a control message",
+                        after: budget,
+                    })
+                }
+            };
+            if n == 0 {
+                self.rx_broken = true;
+                return Err(ControlError::Closed);
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn io_error(e: io::Error) -> ControlError {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => ControlError::Closed,
+        _ => ControlError::Io(e),
+    }
+}
+
+/// The prober's side of the handshake: prove the key, check the server's proof, all within
+/// `deadline`. On success the connection is authenticated both ways and session messages may flow.
+///
+/// If the server's proof does not verify, the server is told (`Error{auth}`) and the result is
+/// [`ControlError::Auth`]; nothing about local QPs has been sent at that point.
+pub async fn client_handshake(
+    conn: &mut Connection,
+    node_name: &str,
+    auth: &AuthMode,
+    deadline: Duration,
+) -> Result<(), ControlError> {
+    let until = Instant::now() + deadline;
+    let client_nonce = auth::new_nonce().map_err(ControlError::Random)?;
+    let hello = Message::Hello {
+        node: node_name.to_string(),
+        client_nonce,
+    };
+    conn.send_before(&hello, until, deadline).await?;
+
+    let (server_nonce, server_proof) = match conn.recv_before(until, deadline).await? {
+        Message::Challenge {
+            server_nonce,
+            server_proof,
+        } => (server_nonce, server_proof),
+        other => return Err(ControlError::unexpected("challenge", other)),
+    };
+    if !auth::verify_server_proof(auth, &client_nonce, &server_nonce, &server_proof) {
+        conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
+            .await;
+        return Err(ControlError::Auth(
+            "the responder's proof did not verify (different pre-shared key, or auth: none on one side only)",
+        ));
+    }
+
+    let client_proof = auth::client_proof(auth, &server_nonce, &client_nonce);
+    conn.send_before(&Message::Authenticate { client_proof }, until, deadline)
+        .await?;
+    match conn.recv_before(until, deadline).await? {
+        Message::AuthOk => Ok(()),
+        other => Err(ControlError::unexpected("auth_ok", other)),
+    }
+}
+
+/// The responder's side of the handshake, within `deadline`. Returns the prober's node name (as
+/// claimed in its `Hello`; it is only trustworthy as far as every PSK holder is).
+///
+/// Failures are reported to the peer before returning: a wrong proof as `Error{auth}` (with no
+/// detail, so the message is no oracle), a version mismatch as `Error{protocol}` naming both
+/// versions (framed in our version, so an older or newer peer can still tell what happened).
+pub async fn server_handshake(
+    conn: &mut Connection,
+    auth: &AuthMode,
+    deadline: Duration,
+) -> Result<String, ControlError> {
+    let until = Instant::now() + deadline;
+    let (node, client_nonce) = match conn.recv_before(until, deadline).await {
+        Ok(Message::Hello { node, client_nonce }) => (node, client_nonce),
+        Ok(other) => {
+            let err = ControlError::unexpected("hello", other);
+            if matches!(err, ControlError::Unexpected { .. }) {
+                conn.send_error_best_effort(ErrorReason::Protocol, &err.to_string())
+                    .await;
+            }
+            return Err(err);
+        }
+        Err(err @ ControlError::Codec(CodecError::UnsupportedVersion { .. })) => {
+            conn.send_error_best_effort(ErrorReason::Protocol, &err.to_string())
+                .await;
+            return Err(err);
+        }
+        Err(err) => return Err(err),
+    };
+
+    let server_nonce = auth::new_nonce().map_err(ControlError::Random)?;
+    let server_proof = auth::server_proof(auth, &client_nonce, &server_nonce);
+    let challenge = Message::Challenge {
+        server_nonce,
+        server_proof,
+    };
+    conn.send_before(&challenge, until, deadline).await?;
+
+    let client_proof = match conn.recv_before(until, deadline).await? {
+        Message::Authenticate { client_proof } => client_proof,
+        other => return Err(ControlError::unexpected("authenticate", other)),
+    };
+    if !auth::verify_client_proof(auth, &server_nonce, &client_nonce, &client_proof) {
+        conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
+            .await;
+        return Err(ControlError::Auth(
+            "the prober's proof did not verify (different pre-shared key, or auth: none on one side only)",
+        ));
+    }
+    conn.send_before(&Message::AuthOk, until, deadline).await?;
+    Ok(node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::auth::Psk;
+    use crate::control::codec::{decode, encode_with_version, PROTOCOL_VERSION};
+    use tokio::net::TcpListener;
+
+    const DEADLINE: Duration = Duration::from_secs(5);
+
+    fn psk(key: &str) -> AuthMode {
+        AuthMode::Psk(Psk::from_bytes(key.as_bytes()).unwrap())
+    }
+
+    async fn listener() -> (TcpListener, String) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        (l, addr)
+    }
+
+    /// Runs both handshakes over loopback and returns (client result, server result).
+    async fn handshake(
+        client_auth: AuthMode,
+        server_auth: AuthMode,
+    ) -> (
+        Result<Connection, ControlError>,
+        Result<(Connection, String), ControlError>,
+    ) {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            let node = server_handshake(&mut conn, &server_auth, DEADLINE).await?;
+            Ok((conn, node))
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        let client = client_handshake(&mut conn, "node-a", &client_auth, DEADLINE)
+            .await
+            .map(|()| conn);
+        (client, server.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn same_psk_authenticates_and_session_messages_flow() {
+        let key = "a shared key of enough length";
+        let (client, server) = handshake(psk(key), psk(key)).await;
+        let mut client = client.unwrap();
+        let (mut server, node) = server.unwrap();
+        assert_eq!(node, "node-a");
+
+        let serve = tokio::spawn(async move {
+            match server.recv(DEADLINE).await.unwrap() {
+                Message::BurstStart { burst_id, .. } => server
+                    .send(&Message::BurstReady { burst_id }, DEADLINE)
+                    .await
+                    .unwrap(),
+                other => panic!("unexpected {other:?}"),
+            }
+            server
+                .send(
+                    &Message::Error {
+                        reason: ErrorReason::Validation,
+                        message: "pattern mismatch".into(),
+                    },
+                    DEADLINE,
+                )
+                .await
+                .unwrap();
+            assert!(matches!(server.recv(DEADLINE).await, Ok(Message::Close)));
+            assert!(matches!(
+                server.recv(DEADLINE).await,
+                Err(ControlError::Closed)
+            ));
+        });
+        let reply = client
+            .request(
+                &Message::BurstStart {
+                    burst_id: 1,
+                    seed: 2,
+                },
+                DEADLINE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply, Message::BurstReady { burst_id: 1 });
+        let err = client
+            .recv(DEADLINE)
+            .await
+            .map(|m| ControlError::unexpected("x", m));
+        let err = err.unwrap();
+        assert_eq!(err.reason(), ErrorReason::Validation);
+        client.send(&Message::Close, DEADLINE).await.unwrap();
+        client.shutdown(DEADLINE).await.unwrap();
+        serve.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn auth_none_on_both_sides_works() {
+        let (client, server) = handshake(AuthMode::None, AuthMode::None).await;
+        assert!(client.is_ok());
+        assert!(server.is_ok());
+    }
+
+    #[tokio::test]
+    async fn different_psk_fails_with_auth_on_both_sides() {
+        for (c, s) in [
+            (
+                psk("the client's key, long enough"),
+                psk("the server's key, long enough"),
+            ),
+            (AuthMode::None, psk("the server's key, long enough")),
+            (psk("the client's key, long enough"), AuthMode::None),
+        ] {
+            let (client, server) = handshake(c, s).await;
+            let client = client.unwrap_err();
+            let server = server.unwrap_err();
+            assert_eq!(client.reason(), ErrorReason::Auth, "client: {client}");
+            assert_eq!(server.reason(), ErrorReason::Auth, "server: {server}");
+        }
+    }
+
+    #[tokio::test]
+    async fn server_rejects_a_client_that_cannot_prove_the_key() {
+        // A client that skips verifying the server and sends a bogus proof: the server must refuse
+        // it, and say so with Error{auth}.
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            server_handshake(&mut conn, &psk("the server's key, long enough"), DEADLINE).await
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        conn.send(
+            &Message::Hello {
+                node: "mallory".into(),
+                client_nonce: [0; 32],
+            },
+            DEADLINE,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            conn.recv(DEADLINE).await.unwrap(),
+            Message::Challenge { .. }
+        ));
+        let err = conn
+            .request(
+                &Message::Authenticate {
+                    client_proof: [0; 32],
+                },
+                DEADLINE,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Auth);
+        let server = server.await.unwrap().unwrap_err();
+        assert!(matches!(server, ControlError::Auth(_)), "{server}");
+    }
+
+    #[tokio::test]
+    async fn session_messages_before_auth_are_refused() {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            server_handshake(&mut conn, &AuthMode::None, DEADLINE).await
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        let err = conn
+            .request(
+                &Message::BurstStart {
+                    burst_id: 1,
+                    seed: 1,
+                },
+                DEADLINE,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Protocol, "{err}");
+        let server = server.await.unwrap().unwrap_err();
+        assert_eq!(server.reason(), ErrorReason::Protocol);
+        assert!(server.to_string().contains("burst_start"), "{server}");
+    }
+
+    #[tokio::test]
+    async fn silent_server_times_out_within_the_deadline() {
+        let (l, addr) = listener().await;
+        // Accept and hold the connection without ever answering.
+        let hold = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            drop(s);
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        let deadline = Duration::from_millis(300);
+        let started = std::time::Instant::now();
+        let err = client_handshake(&mut conn, "node-a", &AuthMode::None, deadline)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.reason(), ErrorReason::Timeout, "{err}");
+        assert!(took >= deadline, "{took:?}");
+        assert!(took < deadline + Duration::from_secs(1), "{took:?}");
+        hold.abort();
+    }
+
+    #[tokio::test]
+    async fn silent_client_times_out_on_the_server() {
+        let (l, addr) = listener().await;
+        let client = tokio::spawn(async move {
+            let conn = connect(&addr, DEADLINE).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            drop(conn);
+        });
+        let (s, _) = l.accept().await.unwrap();
+        let mut conn = Connection::new(s).unwrap();
+        let started = std::time::Instant::now();
+        let err = server_handshake(&mut conn, &AuthMode::None, Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        client.abort();
+    }
+
+    #[tokio::test]
+    async fn other_protocol_version_gets_a_clear_error_on_both_sides() {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            server_handshake(&mut conn, &AuthMode::None, DEADLINE).await
+        });
+        // Act as a future v2 prober: raw stream, hand-made v2 frame.
+        let mut raw = TcpStream::connect(&addr).await.unwrap();
+        let hello = Message::Hello {
+            node: "new-node".into(),
+            client_nonce: [1; 32],
+        };
+        raw.write_all(&encode_with_version(&hello, 2).unwrap())
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        raw.read_to_end(&mut reply).await.unwrap();
+
+        let server = server.await.unwrap().unwrap_err();
+        assert_eq!(server.reason(), ErrorReason::Protocol);
+        assert!(
+            server
+                .to_string()
+                .contains("peer speaks control protocol v2, we speak v1"),
+            "{server}"
+        );
+        // The server's answer is a v1 frame that says the same; a v2 decoder would in turn
+        // report "peer speaks control protocol v1, we speak v2" (see the codec tests).
+        let (msg, _) = decode(&reply).unwrap().unwrap();
+        match msg {
+            Message::Error { reason, message } => {
+                assert_eq!(reason, ErrorReason::Protocol);
+                assert!(message.contains("peer speaks control protocol v2, we speak v1"));
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+        assert_eq!(reply[4..6], PROTOCOL_VERSION.to_be_bytes());
+    }
+
+    #[tokio::test]
+    async fn client_reports_a_newer_server_clearly() {
+        // The server is a newer (v2) build and answers in its own version.
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await.unwrap();
+            let challenge = Message::Challenge {
+                server_nonce: [0; 32],
+                server_proof: [0; 32],
+            };
+            s.write_all(&encode_with_version(&challenge, 2).unwrap())
+                .await
+                .unwrap();
+            s
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        let err = client_handshake(&mut conn, "node-a", &AuthMode::None, DEADLINE)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Protocol);
+        assert!(err
+            .to_string()
+            .contains("peer speaks control protocol v2, we speak v1"));
+        drop(server.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn garbage_and_oversize_frames_break_the_connection() {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            let first = conn.recv(DEADLINE).await;
+            let second = conn.recv(DEADLINE).await;
+            (first, second)
+        });
+        let mut raw = TcpStream::connect(&addr).await.unwrap();
+        // A header announcing a 4 GiB payload: rejected from the header, nothing buffered.
+        let mut header = b"RPXC".to_vec();
+        header.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+        header.extend_from_slice(&[0, 0, 0xff, 0xff, 0xff, 0xff]);
+        raw.write_all(&header).await.unwrap();
+        let (first, second) = server.await.unwrap();
+        assert!(matches!(
+            first,
+            Err(ControlError::Codec(CodecError::FrameTooLarge { .. }))
+        ));
+        assert!(matches!(second, Err(ControlError::Broken)));
+    }
+
+    #[tokio::test]
+    async fn receive_timeout_keeps_partial_frames() {
+        let (l, addr) = listener().await;
+        let mut raw_client = TcpStream::connect(&addr).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let mut conn = Connection::new(s).unwrap();
+        let frame = codec::encode(&Message::BurstReady { burst_id: 9 }).unwrap();
+        raw_client.write_all(&frame[..5]).await.unwrap();
+        let err = conn.recv(Duration::from_millis(100)).await.unwrap_err();
+        assert!(matches!(err, ControlError::Timeout { .. }));
+        raw_client.write_all(&frame[5..]).await.unwrap();
+        assert_eq!(
+            conn.recv(DEADLINE).await.unwrap(),
+            Message::BurstReady { burst_id: 9 }
+        );
+    }
+
+    #[tokio::test]
+    async fn connect_failures_are_connect_errors() {
+        // Bind then drop to get a loopback port with (almost certainly) nobody listening.
+        let (l, addr) = listener().await;
+        drop(l);
+        let err = connect(&addr, DEADLINE).await.unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Connect, "{err}");
+        assert!(err.to_string().contains(&addr));
+        let err = connect("not an address", DEADLINE).await.unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Connect, "{err}");
+    }
+
+    #[test]
+    fn peer_reasons_map_to_labels() {
+        let peer = |reason| ControlError::Peer {
+            reason,
+            message: String::new(),
+        };
+        assert_eq!(peer(ErrorReason::Auth).reason(), ErrorReason::Auth);
+        assert_eq!(peer(ErrorReason::QpSetup).reason(), ErrorReason::QpSetup);
+        assert_eq!(peer(ErrorReason::Connect).reason(), ErrorReason::PeerError);
+        assert_eq!(ControlError::Closed.reason(), ErrorReason::Connect);
+        assert_eq!(ControlError::Broken.reason(), ErrorReason::Protocol);
+    }
+}

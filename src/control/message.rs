@@ -1,0 +1,391 @@
+//! The messages of the control protocol, and the checks every decoded message must pass.
+//!
+//! The set is one serde enum, internally tagged by `"type"` (snake_case), so a frame's payload is a
+//! self-describing JSON object such as `{"type":"burst_start","burst_id":7,"seed":42}`. Adding a
+//! message kind is adding a variant; a peer that does not know a kind fails to decode it with a
+//! `Malformed` error (never a panic). Unknown *fields* are ignored on purpose, so a later revision
+//! of protocol v1 can add an optional field (with `#[serde(default)]`) without breaking old peers;
+//! anything incompatible must bump [`PROTOCOL_VERSION`](super::codec::PROTOCOL_VERSION).
+//!
+//! Byte arrays (nonces, proofs, GIDs) travel as lowercase hex strings: readable in a packet capture
+//! and a third of the size of a JSON array of numbers.
+//!
+//! Validation lives in exactly one place, [`Message::validate`], which both `codec::encode` and
+//! `codec::decode` call: a message that reaches the responder or prober is structurally sound
+//! (QP counts in range, one endpoint per QP, 24-bit QPNs/PSNs, a real IB MTU), and we never put an
+//! invalid message on the wire ourselves. Policy limits (pinned memory, allowed devices) are the
+//! responder's job, not the codec's.
+
+use serde::{Deserialize, Serialize};
+
+use crate::reason::ErrorReason;
+
+/// 32 random bytes chosen by one side of the handshake; see `auth`.
+pub type Nonce = [u8; 32];
+/// An HMAC-SHA256 tag proving knowledge of the pre-shared key; see `auth`.
+pub type Proof = [u8; 32];
+
+/// Most QPs one session may ask for: enough to spread a probe over many ECMP paths, small enough that
+/// a single request cannot make a responder create an unbounded number of QPs.
+pub const MAX_QPS: u32 = 64;
+/// Largest RDMA message (RC allows at most 2^31 bytes per work request).
+pub const MAX_MESSAGE_SIZE: u64 = 1 << 31;
+/// Longest node or device name accepted (DNS names and Kubernetes node names fit in 253).
+pub const MAX_NAME_LEN: usize = 255;
+/// Path MTUs that exist in InfiniBand/RoCE (`ibv_mtu`), in bytes.
+pub const VALID_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+/// QPNs and PSNs are 24-bit quantities on the wire of the RDMA transport.
+const MAX_24BIT: u32 = (1 << 24) - 1;
+
+/// One message of the control protocol. See the module docs for the wire form.
+///
+/// The conversation (prober = client, responder = server):
+///
+/// ```text
+/// Hello ──────────────▶                       (no secrets: node name and a nonce)
+///       ◀────────────── Challenge            (server nonce + server proof; client verifies)
+/// Authenticate ───────▶                       (client proof; server verifies)
+///       ◀────────────── AuthOk | Error{auth}
+/// SessionRequest ─────▶                       (first QP numbers/GIDs: only after AuthOk)
+///       ◀────────────── SessionAccept | Busy | Error
+/// BurstStart ─────────▶
+///       ◀────────────── BurstReady | Busy | Error
+///   ... RDMA WRITEs, closing WRITE WITH IMMEDIATE ...
+/// BurstEnd ───────────▶
+///       ◀────────────── BurstResult
+/// (BurstStart ... again on the warm session, or Close)
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// Client → server, first message. Carries nothing secret.
+    Hello {
+        /// The prober's node name (for logs and the responder's `peer` label).
+        node: String,
+        /// Fresh random nonce; binds the server's proof to this connection.
+        #[serde(with = "hex_array")]
+        client_nonce: Nonce,
+    },
+    /// Server → client: the server's nonce and its proof of the key, so the client authenticates the
+    /// server too (mutual authentication) before it sends anything about its QPs.
+    Challenge {
+        #[serde(with = "hex_array")]
+        server_nonce: Nonce,
+        /// `HMAC-SHA256(psk, "rdma-probe server" || client_nonce || server_nonce)`.
+        #[serde(with = "hex_array")]
+        server_proof: Proof,
+    },
+    /// Client → server: the client's proof of the key.
+    Authenticate {
+        /// `HMAC-SHA256(psk, "rdma-probe client" || server_nonce || client_nonce)`.
+        #[serde(with = "hex_array")]
+        client_proof: Proof,
+    },
+    /// Server → client: authentication succeeded; the session may now be negotiated.
+    AuthOk,
+    /// Client → server: set up a probe session (QPs and memory regions) on the responder.
+    SessionRequest(SessionRequest),
+    /// Server → client: the responder's half of the QP connection and where to write.
+    SessionAccept(SessionAccept),
+    /// Client → server: a burst is about to start; the responder prepares its region (pattern
+    /// check for `seed`) and snapshots its port counters.
+    BurstStart { burst_id: u64, seed: u64 },
+    /// Server → client: ready for the burst announced by `burst_id`.
+    BurstReady { burst_id: u64 },
+    /// Server → client: the responder is serving someone else or out of resources; not a failure
+    /// (counted as `deferred{reason="busy"}`).
+    Busy { retry_after_ms: u32 },
+    /// Client → server: the prober saw its last completion (or gave up).
+    BurstEnd {
+        burst_id: u64,
+        outcome: BurstOutcome,
+    },
+    /// Server → client: the responder's verdict on the data and its counter increases.
+    BurstResult(BurstResult),
+    /// Either direction: a failure with a metric reason. The sender closes the connection after it
+    /// unless the reason leaves the session usable.
+    Error {
+        reason: ErrorReason,
+        message: String,
+    },
+    /// Either direction: orderly end of the session.
+    Close,
+}
+
+/// What the prober asks the responder to set up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRequest {
+    /// Responder device to use; `None` lets the responder choose (e.g. by rail).
+    pub device: Option<String>,
+    /// Number of QPs (1..=[`MAX_QPS`]); `endpoints` has one entry per QP.
+    pub qps: u32,
+    /// Bytes per RDMA WRITE.
+    pub message_size: u64,
+    /// Bytes of remote memory to register per QP (at least one message).
+    pub region_bytes: u64,
+    /// The prober's QPs.
+    pub endpoints: Vec<QpEndpoint>,
+    /// The prober's active path MTU in bytes (one of [`VALID_MTUS`]).
+    pub mtu: u32,
+    /// The prober port's link rate, if known; the unpaced target is the lower of both ends.
+    pub link_rate_bits_per_second: Option<u64>,
+}
+
+/// What the responder set up for a [`SessionRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAccept {
+    /// The responder device actually used (the `peer_device` label).
+    pub device: String,
+    /// The responder's QPs, in the order of the request's endpoints.
+    pub endpoints: Vec<QpEndpoint>,
+    /// One remote-writable region per QP, in the same order.
+    pub regions: Vec<RemoteRegion>,
+    /// The responder's active MTU in bytes; the path MTU is the minimum of both ends and the config.
+    pub mtu: u32,
+    /// The responder port's link rate, if known.
+    pub link_rate_bits_per_second: Option<u64>,
+}
+
+/// The addressing information of one RC QP, exchanged like perftest does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpEndpoint {
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// Initial packet sequence number (24 bits).
+    pub psn: u32,
+    /// Port LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// The port's GID as chosen per device/port (not derived from the control connection).
+    #[serde(with = "hex_array")]
+    pub gid: [u8; 16],
+}
+
+/// A memory region the prober may RDMA WRITE into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteRegion {
+    pub addr: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+/// How the prober's side of a burst ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum BurstOutcome {
+    /// All WRs, including the closing WRITE WITH IMMEDIATE, completed successfully.
+    Completed,
+    /// The burst failed locally; the responder tears the session down (an errored QP is never reused).
+    Failed {
+        reason: ErrorReason,
+        #[serde(default)]
+        detail: String,
+    },
+}
+
+/// The responder's report on one burst.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BurstResult {
+    pub burst_id: u64,
+    /// Whether the written pattern matched the burst's seed.
+    pub validated: bool,
+    /// Why validation failed or was skipped, for logs.
+    pub detail: Option<String>,
+    /// Increases of allowlisted port counters on the responder during the burst (`side="remote"`).
+    pub counters: Vec<(String, u64)>,
+}
+
+impl Message {
+    /// The message kind as it appears in the `type` field; for logs and "unexpected message" errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "hello",
+            Message::Challenge { .. } => "challenge",
+            Message::Authenticate { .. } => "authenticate",
+            Message::AuthOk => "auth_ok",
+            Message::SessionRequest(_) => "session_request",
+            Message::SessionAccept(_) => "session_accept",
+            Message::BurstStart { .. } => "burst_start",
+            Message::BurstReady { .. } => "burst_ready",
+            Message::Busy { .. } => "busy",
+            Message::BurstEnd { .. } => "burst_end",
+            Message::BurstResult(_) => "burst_result",
+            Message::Error { .. } => "error",
+            Message::Close => "close",
+        }
+    }
+
+    /// Cheap structural checks; `Err` says what is wrong in words an operator can act on.
+    ///
+    /// Called by the codec on both encode and decode, so callers never need to call it themselves.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Message::Hello { node, .. } => check_name("hello.node", node),
+            Message::SessionRequest(r) => r.validate(),
+            Message::SessionAccept(a) => a.validate(),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl SessionRequest {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(device) = &self.device {
+            check_name("session_request.device", device)?;
+        }
+        if self.qps == 0 || self.qps > MAX_QPS {
+            return Err(format!(
+                "session_request.qps must be 1..={MAX_QPS}, got {}",
+                self.qps
+            ));
+        }
+        if self.endpoints.len() != self.qps as usize {
+            return Err(format!(
+                "session_request has {} endpoints for {} QPs",
+                self.endpoints.len(),
+                self.qps
+            ));
+        }
+        if self.message_size == 0 || self.message_size > MAX_MESSAGE_SIZE {
+            return Err(format!(
+                "session_request.message_size must be 1..={MAX_MESSAGE_SIZE}, got {}",
+                self.message_size
+            ));
+        }
+        if self.region_bytes < self.message_size {
+            return Err(format!(
+                "session_request.region_bytes ({}) is smaller than one message ({})",
+                self.region_bytes, self.message_size
+            ));
+        }
+        check_mtu("session_request.mtu", self.mtu)?;
+        check_endpoints("session_request", &self.endpoints)
+    }
+}
+
+impl SessionAccept {
+    fn validate(&self) -> Result<(), String> {
+        check_name("session_accept.device", &self.device)?;
+        let n = self.endpoints.len();
+        if n == 0 || n > MAX_QPS as usize {
+            return Err(format!(
+                "session_accept must have 1..={MAX_QPS} endpoints, got {n}"
+            ));
+        }
+        if self.regions.len() != n {
+            return Err(format!(
+                "session_accept has {} regions for {n} endpoints",
+                self.regions.len()
+            ));
+        }
+        if let Some(i) = self.regions.iter().position(|r| r.len == 0) {
+            return Err(format!("session_accept.regions[{i}] is empty"));
+        }
+        check_mtu("session_accept.mtu", self.mtu)?;
+        check_endpoints("session_accept", &self.endpoints)
+    }
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("{field} is empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "{field} is {} bytes long, at most {MAX_NAME_LEN} allowed",
+            name.len()
+        ));
+    }
+    // Names end up in log lines and metric labels: no control characters.
+    if name.chars().any(char::is_control) {
+        return Err(format!("{field} contains control characters"));
+    }
+    Ok(())
+}
+
+fn check_mtu(field: &str, mtu: u32) -> Result<(), String> {
+    if VALID_MTUS.contains(&mtu) {
+        Ok(())
+    } else {
+        Err(format!("{field} must be one of {VALID_MTUS:?}, got {mtu}"))
+    }
+}
+
+fn check_endpoints(msg: &str, endpoints: &[QpEndpoint]) -> Result<(), String> {
+    for (i, ep) in endpoints.iter().enumerate() {
+        if ep.qpn > MAX_24BIT {
+            return Err(format!(
+                "{msg}.endpoints[{i}].qpn {} does not fit in 24 bits",
+                ep.qpn
+            ));
+        }
+        if ep.psn > MAX_24BIT {
+            return Err(format!(
+                "{msg}.endpoints[{i}].psn {} does not fit in 24 bits",
+                ep.psn
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Serde adapter: `[u8; N]` as a lowercase hex string of exactly `2 * N` characters.
+pub(crate) mod hex_array {
+    use serde::de::{self, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+    pub fn serialize<S: Serializer, const N: usize>(
+        bytes: &[u8; N],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut s = String::with_capacity(2 * N);
+        for b in bytes {
+            s.push(DIGITS[usize::from(b >> 4)] as char);
+            s.push(DIGITS[usize::from(b & 0x0f)] as char);
+        }
+        serializer.serialize_str(&s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+        deserializer: D,
+    ) -> Result<[u8; N], D::Error> {
+        deserializer.deserialize_str(HexVisitor::<N>)
+    }
+
+    struct HexVisitor<const N: usize>;
+
+    impl<const N: usize> Visitor<'_> for HexVisitor<N> {
+        type Value = [u8; N];
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a hex string of {} characters", 2 * N)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            let raw = v.as_bytes();
+            if raw.len() != 2 * N {
+                return Err(E::invalid_length(raw.len(), &self));
+            }
+            let mut out = [0u8; N];
+            for (o, pair) in out.iter_mut().zip(raw.chunks_exact(2)) {
+                let hi = nibble(pair[0])
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))?;
+                let lo = nibble(pair[1])
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))?;
+                *o = (hi << 4) | lo;
+            }
+            Ok(out)
+        }
+    }
+
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+}

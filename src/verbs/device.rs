@@ -86,10 +86,20 @@ impl PortInfo {
 /// Errors only when there is no usable RDMA stack or no device ([`VerbsError::NoDevice`]); a
 /// device that cannot be opened is listed with its `error` set.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    list_devices_filtered(|_| true)
+}
+
+/// [`list_devices`] restricted to devices for which `include(name)` is true; the others are not
+/// opened or queried at all (the brief's device exclusion list: some firmware-restricted NICs
+/// flood the kernel log when queried).
+pub fn list_devices_filtered(include: impl Fn(&str) -> bool) -> Result<Vec<DeviceInfo>> {
     let list = device_list()?;
     let mut out = Vec::with_capacity(list.len());
     for device in list.iter() {
         let name = device.name();
+        if !include(&name) {
+            continue;
+        }
         let ctx = match device.open() {
             Ok(ctx) => ctx,
             Err(e) => {
@@ -410,6 +420,17 @@ impl Context {
     /// [`VerbsError::UnknownDevice`] (lists the devices present), [`VerbsError::UnknownPort`],
     /// [`VerbsError::PortDown`] (with `None`: the first device's state is reported).
     pub fn open(device: Option<&str>, port: u8) -> Result<Context> {
+        Self::open_filtered(device, port, |_| true)
+    }
+
+    /// [`Context::open`] that, when searching (`device = None`), skips devices for which
+    /// `include(name)` is false without opening them (the device exclusion list). An explicitly
+    /// named device is opened regardless.
+    pub fn open_filtered(
+        device: Option<&str>,
+        port: u8,
+        include: impl Fn(&str) -> bool,
+    ) -> Result<Context> {
         let list = device_list()?;
         let names: Vec<String> = list.iter().map(|d| d.name()).collect();
         match device {
@@ -434,6 +455,9 @@ impl Context {
             None => {
                 let mut first_err = None;
                 for (dev, name) in list.iter().zip(&names) {
+                    if !include(name) {
+                        continue;
+                    }
                     let attempt = dev
                         .open()
                         .map_err(|e| VerbsError::Device {
@@ -450,7 +474,10 @@ impl Context {
                     }
                 }
                 Err(first_err.unwrap_or_else(|| VerbsError::NoDevice {
-                    detail: "no device with an active port".to_string(),
+                    detail: format!(
+                        "every RDMA device is excluded (present: {})",
+                        names.join(", ")
+                    ),
                 }))
             }
         }

@@ -1,1 +1,3 @@
 //! Paced RDMA WRITE bursts: pure pacing, signaling and statistics, plus the engine that drives a QP set.
+
+pub mod pacing;

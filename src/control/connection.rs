@@ -198,8 +198,9 @@ impl Connection {
         let until = Instant::now() + deadline;
         self.send_before(msg, until, deadline).await?;
         match self.recv_before(until, deadline).await? {
-            m @ (Message::Error { .. } | Message::Close) => Err(ControlError::unexpected("", m)),
-            m => Ok(m),
+            Message::Error { reason, message } => Err(ControlError::Peer { reason, message }),
+            Message::Close => Err(ControlError::Closed),
+            reply => Ok(reply),
         }
     }
 

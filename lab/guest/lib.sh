@@ -52,3 +52,17 @@ lab_stop_node() {
   touch "/mnt/requests/stop-$1"
   lab_wait_file "/mnt/nodes/$1/stopped" 30
 }
+
+# lab_wait_listening PORT [TIMEOUT_S]: waits until a local TCP port listens, without connecting
+# (a stock ib_write_bw server accepts exactly one connection: a probe connect would consume it).
+lab_wait_listening() {
+  local port=$1 limit=${2:-60} start=$SECONDS
+  until ss -Hltn "sport = :$port" | grep -q .; do
+    [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_listening $port: timed out" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+# lab_signal NAME / lab_wait_signal NODE NAME [TIMEOUT_S]: one node tells others it reached a point.
+lab_signal() { touch "/mnt/nodes/$LAB_NODE/signal-$1"; }
+lab_wait_signal() { lab_wait_file "/mnt/nodes/$1/signal-$2" "${3:-120}"; }

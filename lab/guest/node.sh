@@ -2,10 +2,11 @@
 # Runs inside each lab VM (chroot of the host's root, run directory at /mnt): brings up the lab
 # NIC and Soft-RoCE, tells the runner it is ready, runs the scenario, records its exit status.
 node=$1
-source /mnt/lab.env
+set -a; source /mnt/lab.env; set +a
 idx=${node#node}
 dir=/mnt/nodes/$node
-export LAB_NODE=$node LAB_INDEX=$idx LAB_DIR=$dir PATH=/mnt/bin:$PATH HOME=/tmp
+export LAB_NODE=$node LAB_INDEX=$idx LAB_DIR=$dir HOME=/tmp
+export PATH=/mnt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mac=$(printf '52:54:00:4c:41:%02x' "$idx")
 nic=$(for d in /sys/class/net/*; do [ "$(cat "$d/address" 2>/dev/null)" = "$mac" ] && basename "$d"; done | head -n1)
 fail() { echo "lab-node $node: $*" | tee "$dir/setup-error"; echo 125 >"$dir/status"; exit 0; }

@@ -132,10 +132,10 @@ pub enum PlanError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BurstPlan {
     message_size: u64,
-    tx_depth: u32,
+    /// tx_depth, cq_mod and post_list, already checked against each other.
+    #[serde(flatten)]
+    signaling: SignalPolicy,
     qps: u16,
-    cq_mod: u32,
-    post_list: u32,
     length: BurstLength,
     rate: Option<ResolvedRate>,
     #[serde(serialize_with = "serialize_seconds")]
@@ -263,12 +263,13 @@ impl BurstPlanBuilder {
         if burst_allowance > MAX_BURST_ALLOWANCE {
             return Err(PlanError::BurstAllowance(burst_allowance));
         }
+        // The range checks above are SignalPolicy's own; keep PlanError's specific messages.
+        let signaling = SignalPolicy::new(tx_depth, cq_mod, post_list)
+            .map_err(|_| PlanError::CqMod { cq_mod, tx_depth })?;
         Ok(BurstPlan {
             message_size,
-            tx_depth,
+            signaling,
             qps,
-            cq_mod,
-            post_list,
             length,
             rate,
             burst_allowance,
@@ -308,7 +309,7 @@ impl BurstPlan {
     }
 
     pub fn tx_depth(&self) -> u32 {
-        self.tx_depth
+        self.signaling.tx_depth()
     }
 
     pub fn qps(&self) -> u16 {
@@ -316,11 +317,11 @@ impl BurstPlan {
     }
 
     pub fn cq_mod(&self) -> u32 {
-        self.cq_mod
+        self.signaling.cq_mod()
     }
 
     pub fn post_list(&self) -> u32 {
-        self.post_list
+        self.signaling.post_list()
     }
 
     pub fn length(&self) -> BurstLength {
@@ -353,9 +354,7 @@ impl BurstPlan {
 
     /// The signaling rule every QP of this burst follows.
     pub fn signal_policy(&self) -> SignalPolicy {
-        // Validated in build(): cq_mod and post_list lie in 1..=tx_depth.
-        SignalPolicy::new(self.tx_depth, self.cq_mod, self.post_list)
-            .unwrap_or_else(|_| unreachable!("BurstPlan invariants checked in build()"))
+        self.signaling
     }
 
     /// A fresh send window for one QP.
@@ -375,7 +374,7 @@ impl BurstPlan {
     /// For an unpaced burst pass the expected message rate at the link rate, if known, to
     /// [`window_for_rate`] directly.
     pub fn stats_window(&self) -> Duration {
-        window_for_rate(self.rate.map(|r| r.messages_per_second()), self.cq_mod)
+        window_for_rate(self.rate.map(|r| r.messages_per_second()), self.cq_mod())
     }
 }
 
@@ -512,6 +511,12 @@ mod tests {
         assert_eq!(p.send_window().policy().tx_depth(), 128);
         // 1000 msg/s with a completion per message: 20 completions need 20 ms.
         assert_eq!(p.stats_window(), Duration::from_millis(20));
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["tx_depth"], 128);
+        assert_eq!(json["cq_mod"], 1);
+        assert_eq!(json["length"]["messages"], 100);
+        assert_eq!(json["rate"]["messages_per_second"], 1000.0);
+        assert_eq!(json["burst_allowance"], 0.001);
     }
 
     #[test]

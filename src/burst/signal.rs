@@ -65,7 +65,7 @@ pub enum WindowError {
 }
 
 /// The signaling rule for one QP; see the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SignalPolicy {
     tx_depth: u32,
     cq_mod: u32,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::pacing::{Pacer, DEFAULT_BURST_ALLOWANCE};
-use super::signal::{SendWindow, SignalPolicy, MAX_WR_INDEX};
+use super::signal::{SendWindow, SignalPolicy, WindowError, MAX_WR_INDEX};
 use super::stats::window_for_rate;
 use crate::config::units::{deserialize_positive_duration, ByteSize};
 use crate::config::ResolvedRate;
@@ -102,10 +102,9 @@ pub enum PlanError {
     TxDepth(u32),
     #[error("qps {0} is out of range: must be 1 to {MAX_QPS}")]
     Qps(u16),
-    #[error("cq_mod {cq_mod} is out of range: must be 1 to tx_depth ({tx_depth})")]
-    CqMod { cq_mod: u32, tx_depth: u32 },
-    #[error("post_list {post_list} is out of range: must be 1 to tx_depth ({tx_depth})")]
-    PostList { post_list: u32, tx_depth: u32 },
+    /// cq_mod or post_list outside 1..=tx_depth.
+    #[error(transparent)]
+    Signaling(#[from] WindowError),
     #[error(
         "burst length {0} is empty: give at least one message, one byte or a non-zero duration"
     )]
@@ -219,22 +218,11 @@ impl BurstPlanBuilder {
         if !(1..=MAX_QPS).contains(&qps) {
             return Err(PlanError::Qps(qps));
         }
-        if !(1..=tx_depth).contains(&post_list) {
-            return Err(PlanError::PostList {
-                post_list,
-                tx_depth,
-            });
-        }
-        let cq_mod = match cq_mod {
-            Some(c) if (1..=tx_depth).contains(&c) => c,
-            Some(c) => {
-                return Err(PlanError::CqMod {
-                    cq_mod: c,
-                    tx_depth,
-                })
-            }
-            None => default_cq_mod(message_size, post_list).min(tx_depth),
-        };
+        // An explicit cq_mod must lie in 1..=tx_depth (perftest silently caps it; a typo should
+        // not be silent); the default is capped like perftest's.
+        let cq_mod =
+            cq_mod.unwrap_or_else(|| default_cq_mod(message_size, post_list).min(tx_depth));
+        let signaling = SignalPolicy::new(tx_depth, cq_mod, post_list)?;
         match length {
             BurstLength::Messages(0) | BurstLength::Bytes(0) => {
                 return Err(PlanError::EmptyLength(length))
@@ -263,9 +251,6 @@ impl BurstPlanBuilder {
         if burst_allowance > MAX_BURST_ALLOWANCE {
             return Err(PlanError::BurstAllowance(burst_allowance));
         }
-        // The range checks above are SignalPolicy's own; keep PlanError's specific messages.
-        let signaling = SignalPolicy::new(tx_depth, cq_mod, post_list)
-            .map_err(|_| PlanError::CqMod { cq_mod, tx_depth })?;
         Ok(BurstPlan {
             message_size,
             signaling,

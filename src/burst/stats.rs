@@ -187,15 +187,12 @@ impl Windows {
         let tail = end.saturating_sub(self.index.saturating_mul(w));
         let closed = self.min_closed.map(|b| per_second(b, w));
         let candidate = match self.previous {
-            None if tail <= w => return None,
+            // Never left the first window (then `tail <= w`): the burst is its own window.
+            None => return None,
             // The open window is in fact complete.
-            _ if tail >= w => {
-                let open = per_second(self.bytes, w);
-                self.previous.map_or(open, |p| per_second(p, w).min(open))
-            }
+            Some(p) if tail >= w => per_second(p, w).min(per_second(self.bytes, w)),
             // Merge the final partial window into the last full one.
             Some(p) => per_second(p + self.bytes, w.saturating_add(tail)),
-            None => return None,
         };
         Some(closed.map_or(candidate, |c| c.min(candidate)))
     }

@@ -1,0 +1,6 @@
+//! Lab tests: real kernel Soft-RoCE (rdma_rxe) in small VMs booted by `lab/run`.
+//! Each test boots its own lab; they run one at a time.
+
+mod support;
+
+mod baseline;

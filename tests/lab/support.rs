@@ -1,0 +1,141 @@
+//! Runs lab scenarios from tests: boots real Soft-RoCE VMs through `lab/run` and reads back what
+//! each node recorded. Lab runs are serialized (the machine has 2 cores and every VM is a full
+//! emulation), and a lab that cannot boot fails the test with its reason: never a skip.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+static LAB: Mutex<()> = Mutex::new(());
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// What a finished lab run left behind.
+pub struct LabRun {
+    pub dir: PathBuf,
+    pub status: i32,
+    pub output: String,
+}
+
+impl LabRun {
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.dir.join("nodes").join(node)
+    }
+
+    /// The scenario's own log of a node.
+    pub fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.node_dir(node).join("log")).unwrap_or_default()
+    }
+
+    /// A file a node wrote into its output directory.
+    pub fn file(&self, node: &str, name: &str) -> String {
+        let path = self.node_dir(node).join(name);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), self.output))
+    }
+
+    /// `key=value` lines the node recorded with `lab_result`.
+    pub fn results(&self, node: &str) -> BTreeMap<String, String> {
+        std::fs::read_to_string(self.node_dir(node).join("results"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub fn boot_seconds(&self, node: &str) -> f64 {
+        self.file(node, "boot_seconds")
+            .trim()
+            .parse()
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Panics with every node's log unless the run succeeded.
+    pub fn assert_success(&self) {
+        assert_eq!(self.status, 0, "lab run failed:\n{}", self.output);
+    }
+}
+
+/// Boots `nodes` VMs and runs `scenario` (a path under lab/scenarios) on each of them, giving
+/// them `bins` (paths relative to the repo root). Keeps the run directory under target/lab-runs.
+pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u32) -> LabRun {
+    let _serial = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let root = repo_root();
+    let dir = root.join("target").join("lab-runs").join(name);
+    let mut cmd = Command::new(root.join("lab").join("run"));
+    cmd.arg("--nodes")
+        .arg(nodes.to_string())
+        .arg("--scenario")
+        .arg(root.join("lab").join("scenarios").join(scenario))
+        .arg("--out")
+        .arg(&dir)
+        .arg("--timeout")
+        .arg(timeout_s.to_string());
+    for bin in bins {
+        cmd.arg("--bin").arg(root.join(bin));
+    }
+    let started = std::time::Instant::now();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start lab/run: {e}"));
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = out.status.code().unwrap_or(-1);
+    eprintln!(
+        "lab run '{name}' ({nodes} nodes, {scenario}): exit {status} in {:.1} s\n{output}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_ne!(
+        status, 3,
+        "the lab could not boot or timed out (this is a failure, not a skip):\n{output}"
+    );
+    LabRun {
+        dir,
+        status,
+        output,
+    }
+}
+
+/// One result row of perftest's bandwidth table.
+#[derive(Debug, Clone, Copy)]
+pub struct PerftestRow {
+    pub bytes: u64,
+    pub iterations: u64,
+    pub bw_peak: f64,
+    pub bw_average: f64,
+    pub msg_rate_mpps: f64,
+}
+
+/// Parses the row under perftest's `#bytes #iterations BW peak ... MsgRate` header.
+pub fn parse_perftest(text: &str) -> Option<PerftestRow> {
+    let mut lines = text.lines();
+    lines.find(|l| l.trim_start().starts_with("#bytes"))?;
+    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    if fields.len() < 5 {
+        return None;
+    }
+    Some(PerftestRow {
+        bytes: fields[0].parse().ok()?,
+        iterations: fields[1].parse().ok()?,
+        bw_peak: fields[2].parse().ok()?,
+        bw_average: fields[3].parse().ok()?,
+        msg_rate_mpps: fields[4].parse().ok()?,
+    })
+}
+
+#[test]
+fn parses_perftest_table() {
+    let text = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 65536      500           0.028759            0.026425            0.000050\n";
+    let row = parse_perftest(text).unwrap();
+    assert_eq!(row.bytes, 65536);
+    assert_eq!(row.iterations, 500);
+    assert!((row.bw_average - 0.026425).abs() < 1e-9);
+    assert!(parse_perftest("no table here").is_none());
+}

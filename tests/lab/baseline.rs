@@ -13,8 +13,10 @@ fn two_nodes_run_stock_ib_write_bw() {
     assert_eq!(client.iterations, 500);
     assert!(client.bw_average > 0.0, "zero bandwidth: {client:?}");
     eprintln!(
-        "ib_write_bw node1->node2: {:.4} Gb/s average, boot {:.1} s / {:.1} s",
+        "ib_write_bw node1->node2: {:.4} Gb/s average, {:.4} Gb/s peak, {:.6} Mpps, boot {:.1} s / {:.1} s",
         client.bw_average,
+        client.bw_peak,
+        client.msg_rate_mpps,
         run.boot_seconds("node1"),
         run.boot_seconds("node2")
     );

@@ -8,5 +8,7 @@
 pub mod burst;
 pub mod config;
 pub mod control;
+pub mod prober;
 pub mod reason;
+pub mod responder;
 pub mod verbs;

@@ -4,14 +4,21 @@
 //! Setup (control handshake + QP bring-up) is timed separately from the burst so a slow
 //! handshake never reads as a slow link (brief §4, "Sessions stay warm").
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use thiserror::Error;
 
-use crate::burst::{BurstLength, BurstReport};
-use crate::config::RateLimit;
-use crate::control::AuthMode;
+use crate::burst::engine::{run_burst, BurstTargets, EngineError};
+use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
+use crate::config::{RateLimit, ResolveError};
+use crate::control::{
+    client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
+    SessionRequest,
+};
 use crate::reason::ErrorReason;
+use crate::session::{PathOptions, QpSet, QpSetShape};
+use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
 
 /// Which local RDMA port a session uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,12 +78,367 @@ pub struct ProbeOutcome {
     pub peer_link_rate_bits_per_second: Option<u64>,
     /// Port counter increases the responder saw during the burst.
     pub remote_counters: Vec<(String, u64)>,
+    /// Time from asking for a burst on a warm session to its first WRITE.
+    pub burst_start_seconds: Option<f64>,
+    /// Set when the burst did not run and that is not a failure (`busy`: the responder was
+    /// serving another prober).
+    pub deferred: Option<String>,
     pub error: Option<ErrorReason>,
     pub message: Option<String>,
 }
 
 impl ProbeOutcome {
     pub fn is_success(&self) -> bool {
-        self.error.is_none()
+        self.error.is_none() && self.deferred.is_none()
     }
+
+    fn record_error(&mut self, error: &ProbeError) {
+        match error {
+            ProbeError::Busy { .. } => self.deferred = Some("busy".into()),
+            ProbeError::Failed { reason, .. } => self.error = Some(*reason),
+        }
+        self.message = Some(error.to_string());
+    }
+}
+
+/// Why a probe did not produce a figure.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error("the responder is busy with another prober's burst (retry after {retry_after_ms} ms)")]
+    Busy { retry_after_ms: u32 },
+    #[error("{message}")]
+    Failed {
+        reason: ErrorReason,
+        message: String,
+    },
+}
+
+impl ProbeError {
+    fn new(reason: ErrorReason, message: impl Into<String>) -> Self {
+        ProbeError::Failed {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The failure reason; `None` for a deferred (busy) probe.
+    pub fn reason(&self) -> Option<ErrorReason> {
+        match self {
+            ProbeError::Busy { .. } => None,
+            ProbeError::Failed { reason, .. } => Some(*reason),
+        }
+    }
+}
+
+impl From<ControlError> for ProbeError {
+    fn from(e: ControlError) -> Self {
+        ProbeError::new(e.reason(), e.to_string())
+    }
+}
+
+impl From<VerbsError> for ProbeError {
+    fn from(e: VerbsError) -> Self {
+        ProbeError::new(e.reason(), e.to_string())
+    }
+}
+
+impl From<EngineError> for ProbeError {
+    fn from(e: EngineError) -> Self {
+        ProbeError::new(e.reason(), e.to_string())
+    }
+}
+
+impl From<PlanError> for ProbeError {
+    fn from(e: PlanError) -> Self {
+        ProbeError::new(ErrorReason::QpSetup, format!("invalid burst: {e}"))
+    }
+}
+
+impl From<ResolveError> for ProbeError {
+    fn from(e: ResolveError) -> Self {
+        ProbeError::new(ErrorReason::QpSetup, format!("rate limit: {e}"))
+    }
+}
+
+/// Runs one burst on a fresh session and closes it: what `probe` does.
+pub async fn probe_once(settings: &ProbeSettings) -> ProbeOutcome {
+    let mut outcome = ProbeOutcome {
+        message_size: settings.message_size,
+        qps: settings.qps,
+        ..ProbeOutcome::default()
+    };
+    let mut session = match Session::establish(settings).await {
+        Ok(s) => s,
+        Err(e) => {
+            outcome.record_error(&e);
+            return outcome;
+        }
+    };
+    let outcome = session.burst().await;
+    session.close().await;
+    outcome
+}
+
+/// A warm session to one responder: control connection, connected QPs and registered memory,
+/// reused burst after burst until a failure leaves the QPs in the error state.
+pub struct Session {
+    settings: ProbeSettings,
+    conn: Connection,
+    /// `None` while a burst runs on its thread, and after a failed burst (never reuse an errored
+    /// QP: the next burst must rebuild the session).
+    set: Option<QpSet>,
+    remote: Vec<RemoteAddr>,
+    device: String,
+    peer_device: String,
+    mtu: PathMtu,
+    local_rate: Option<u64>,
+    peer_rate: Option<u64>,
+    setup: Duration,
+    next_burst_id: u64,
+}
+
+impl Session {
+    /// Opens the local device, connects and authenticates, and brings up the QPs with the
+    /// responder's. The whole setup is timed (`setup_seconds`).
+    pub async fn establish(settings: &ProbeSettings) -> Result<Session, ProbeError> {
+        let started = Instant::now();
+        // The local device first: a node without RDMA says so without touching the network.
+        let ctx = Context::open(settings.local.device.as_deref(), settings.local.port)?;
+        let path = PathOptions {
+            mtu: settings.mtu,
+            gid_index: settings.local.gid_index,
+            traffic_class: settings.traffic_class,
+            service_level: settings.service_level,
+        };
+        let shape = QpSetShape {
+            qps: settings.qps,
+            slot_bytes: settings.message_size,
+            send_depth: settings.tx_depth,
+            recv_depth: 1,
+        };
+        let mut set = QpSet::create(ctx, shape, &path)?;
+        let device = set.ctx.device_name().to_string();
+        let local_rate = set.ctx.port_info().link_rate_bits_per_second;
+
+        let mut conn = connect(&settings.target, settings.timeout).await?;
+        client_handshake(
+            &mut conn,
+            &settings.node_name,
+            &settings.auth,
+            settings.timeout,
+        )
+        .await?;
+        let request = Message::SessionRequest(SessionRequest {
+            device: None,
+            qps: u32::from(settings.qps),
+            message_size: settings.message_size,
+            region_bytes: settings.message_size,
+            endpoints: set.endpoints()?,
+            mtu: set.path_mtu(u32::MAX, settings.mtu).bytes(),
+            link_rate_bits_per_second: local_rate,
+        });
+        let accept = match conn.request(&request, settings.timeout).await? {
+            Message::SessionAccept(a) => a,
+            other => return Err(ControlError::unexpected("session_accept", other).into()),
+        };
+        if accept.regions.len() != usize::from(settings.qps)
+            || accept.regions.iter().any(|r| r.len < settings.message_size)
+        {
+            return Err(ProbeError::new(
+                ErrorReason::Protocol,
+                "responder offered memory regions that do not fit the burst",
+            ));
+        }
+        let mtu = set.path_mtu(accept.mtu, settings.mtu);
+        set.connect(&accept.endpoints, mtu, &path, true)?;
+        let remote = accept
+            .regions
+            .iter()
+            .map(|r| RemoteAddr {
+                addr: r.addr,
+                rkey: r.rkey,
+            })
+            .collect();
+        let setup = started.elapsed();
+        tracing::debug!(target = %settings.target, peer_device = %accept.device, mtu = mtu.bytes(),
+            setup_ms = setup.as_secs_f64() * 1e3, "session established");
+        Ok(Session {
+            settings: settings.clone(),
+            conn,
+            set: Some(set),
+            remote,
+            device,
+            peer_device: accept.device,
+            mtu,
+            local_rate,
+            peer_rate: accept.link_rate_bits_per_second,
+            setup,
+            next_burst_id: 1,
+        })
+    }
+
+    /// Whether the session can run another burst (false after a failure: rebuild it).
+    pub fn is_usable(&self) -> bool {
+        self.set.is_some()
+    }
+
+    /// The lower link rate of both ends, in bytes per second, if both are known.
+    pub fn link_rate_bytes_per_second(&self) -> Option<f64> {
+        match (self.local_rate, self.peer_rate) {
+            (Some(a), Some(b)) => Some(a.min(b) as f64 / 8.0),
+            (Some(a), None) | (None, Some(a)) => Some(a as f64 / 8.0),
+            (None, None) => None,
+        }
+    }
+
+    /// Runs one burst and reports it; on failure the outcome carries the reason and the
+    /// session is no longer usable.
+    pub async fn burst(&mut self) -> ProbeOutcome {
+        let mut outcome = ProbeOutcome {
+            setup_seconds: Some(self.setup.as_secs_f64()),
+            device: Some(self.device.clone()),
+            peer_device: Some(self.peer_device.clone()),
+            mtu: Some(self.mtu.bytes()),
+            message_size: self.settings.message_size,
+            qps: self.settings.qps,
+            local_link_rate_bits_per_second: self.local_rate,
+            peer_link_rate_bits_per_second: self.peer_rate,
+            ..ProbeOutcome::default()
+        };
+        if let Err(e) = self.run_burst(&mut outcome).await {
+            outcome.record_error(&e);
+        }
+        outcome
+    }
+
+    async fn run_burst(&mut self, outcome: &mut ProbeOutcome) -> Result<(), ProbeError> {
+        let requested = Instant::now();
+        let timeout = self.settings.timeout;
+        let link = self.link_rate_bytes_per_second();
+        let rate = match &self.settings.rate_limit {
+            Some(limit) => Some(limit.resolve(self.settings.message_size, link)?),
+            None => None,
+        };
+        let mut builder = BurstPlan::builder(self.settings.message_size, self.settings.length)
+            .tx_depth(self.settings.tx_depth)
+            .qps(self.settings.qps)
+            .post_list(self.settings.post_list)
+            .rate(rate);
+        if let Some(cq_mod) = self.settings.cq_mod {
+            builder = builder.cq_mod(cq_mod);
+        }
+        let plan = builder.build()?;
+        outcome.target_bandwidth_bytes_per_second = rate.map(|r| r.bytes_per_second()).or(link);
+
+        let mut set = self.set.take().ok_or_else(|| {
+            ProbeError::new(
+                ErrorReason::QpSetup,
+                "session is broken by an earlier failure",
+            )
+        })?;
+        let burst_id = self.next_burst_id;
+        self.next_burst_id += 1;
+        let seed = random_seed();
+        for q in 0..usize::from(self.settings.qps) {
+            pattern::fill(seed, q as u32, set.slot_mut(q));
+        }
+        match self
+            .conn
+            .request(&Message::BurstStart { burst_id, seed }, timeout)
+            .await
+        {
+            Ok(Message::BurstReady { burst_id: id }) if id == burst_id => {}
+            Ok(Message::Busy { retry_after_ms }) => {
+                self.set = Some(set); // nothing was posted: the session stays warm
+                return Err(ProbeError::Busy { retry_after_ms });
+            }
+            Ok(other) => return Err(ControlError::unexpected("burst_ready", other).into()),
+            Err(e) => return Err(e.into()),
+        }
+
+        // The burst runs on its own OS thread, which owns the QP set meanwhile.
+        let remote = self.remote.clone();
+        let imm = burst_id as u32;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("rdma-burst".into())
+            .spawn(move || {
+                let result = run_burst(
+                    BurstTargets {
+                        qps: &mut set.qps,
+                        cq: &set.cq,
+                        local: &set.mr,
+                        remote: &remote,
+                    },
+                    &plan,
+                    imm,
+                    timeout,
+                );
+                let _ = tx.send((set, result));
+            })
+            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
+        let (set, result) = rx.await.map_err(|_| {
+            ProbeError::new(ErrorReason::WcOther, "burst thread ended without a result")
+        })?;
+        let (report, timing) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let failure = ProbeError::from(e);
+                // The QPs are in the error state: drop them; tell the responder best effort.
+                drop(set);
+                let end = Message::BurstEnd {
+                    burst_id,
+                    outcome: BurstOutcome::Failed {
+                        reason: failure.reason().unwrap_or(ErrorReason::WcOther),
+                        detail: failure.to_string(),
+                    },
+                };
+                let _ = self
+                    .conn
+                    .send(&end, timeout.min(Duration::from_secs(1)))
+                    .await;
+                return Err(failure);
+            }
+        };
+        outcome.burst_start_seconds = timing
+            .first_post_at
+            .map(|t| t.saturating_duration_since(requested).as_secs_f64());
+        outcome.report = Some(report);
+        self.set = Some(set);
+        let end = Message::BurstEnd {
+            burst_id,
+            outcome: BurstOutcome::Completed,
+        };
+        let result = match self.conn.request(&end, timeout).await? {
+            Message::BurstResult(r) if r.burst_id == burst_id => r,
+            other => return Err(ControlError::unexpected("burst_result", other).into()),
+        };
+        outcome.remote_counters = result.counters;
+        outcome.validated = result.validated;
+        if !result.validated {
+            return Err(ProbeError::new(
+                ErrorReason::Validation,
+                format!(
+                    "the responder found the written data corrupt: {}",
+                    result.detail.unwrap_or_else(|| "no detail".into())
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Says goodbye to the responder (best effort) and releases everything.
+    pub async fn close(mut self) {
+        let _ = self
+            .conn
+            .send(&Message::Close, Duration::from_millis(500))
+            .await;
+    }
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // A predictable seed weakens nothing but the stale-data check: never fail for it.
+    let _ = getrandom::getrandom(&mut b);
+    u64::from_le_bytes(b)
 }

@@ -21,6 +21,7 @@
 //! done, ask `WaitPolicy::decide`. In duration mode, at the stop time post one more signaled WR
 //! on each QP whose `window.drain_needed()`, then drain.
 
+pub mod engine;
 pub mod pacing;
 pub mod pattern;
 pub mod plan;

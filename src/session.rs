@@ -1,0 +1,223 @@
+//! The RDMA resources of one probe session, the same on both ends: a device context, a PD, one
+//! CQ shared by the session's QPs, one MR holding one message-sized slot per QP, and the RC QPs.
+//!
+//! Both the prober and the responder build a [`QpSet`], exchange [`QpSet::endpoints`] over the
+//! control channel, and call [`QpSet::connect`] with the peer's. Dropping the set releases
+//! everything (the `verbs` wrappers order the destruction).
+
+use crate::control::QpEndpoint;
+use crate::verbs::{
+    CompletionQueue, Context, LinkLayer, MemoryRegion, PathMtu, PathParams, ProtectionDomain,
+    QpCaps, QueuePair, RemoteEndpoint, RtsParams, VerbsError,
+};
+
+/// Extra CQ entries beyond the send windows: one receive per QP for the closing WRITE WITH
+/// IMMEDIATE, plus slack.
+const CQ_SLACK: u32 = 16;
+
+/// What the set is for: sizes of the queues and of the memory slot per QP.
+#[derive(Debug, Clone, Copy)]
+pub struct QpSetShape {
+    pub qps: u16,
+    /// Bytes per QP slot (the message size: every WRITE of a QP targets the same slot, as
+    /// perftest does for messages larger than a page).
+    pub slot_bytes: u64,
+    /// Send queue depth per QP (tx depth; the responder only needs 1).
+    pub send_depth: u32,
+    /// Receive queue depth per QP (the responder posts one receive per burst).
+    pub recv_depth: u32,
+}
+
+/// Path options the operator controls (brief §3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PathOptions {
+    /// Upper bound on the path MTU in bytes.
+    pub mtu: Option<u32>,
+    pub gid_index: Option<u32>,
+    pub traffic_class: u8,
+    pub service_level: u8,
+}
+
+/// One side's resources for a session.
+pub struct QpSet {
+    pub ctx: Context,
+    // Field order is drop order: QPs before the CQ and MR, all before the PD.
+    pub qps: Vec<QueuePair>,
+    pub cq: CompletionQueue,
+    pub mr: MemoryRegion,
+    _pd: ProtectionDomain,
+    /// This side's initial send PSNs, one per QP.
+    psns: Vec<u32>,
+    /// The GID index used for RoCE (None on InfiniBand without GRH).
+    sgid_index: Option<u32>,
+    slot_bytes: u64,
+}
+
+impl std::fmt::Debug for QpSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpSet")
+            .field("device", &self.ctx.device_name())
+            .field("qps", &self.qps.len())
+            .field("slot_bytes", &self.slot_bytes)
+            .finish()
+    }
+}
+
+impl QpSet {
+    /// Allocates everything and moves the QPs to INIT.
+    pub fn create(
+        ctx: Context,
+        shape: QpSetShape,
+        path: &PathOptions,
+    ) -> Result<QpSet, VerbsError> {
+        let slot = usize::try_from(shape.slot_bytes)
+            .map_err(|_| VerbsError::InvalidArgument("message size too large".into()))?;
+        let mr_len = slot
+            .checked_mul(usize::from(shape.qps))
+            .ok_or_else(|| VerbsError::InvalidArgument("qps x message size overflows".into()))?;
+        let sgid_index = match path.gid_index {
+            Some(i) => {
+                ctx.gid(i)?; // names the valid indexes when `i` is not one of them
+                Some(i)
+            }
+            None if ctx.port_info().link_layer == LinkLayer::InfiniBand => None,
+            None => ctx.select_gid()?,
+        };
+        let pd = ctx.alloc_pd()?;
+        let cqe = u32::from(shape.qps)
+            .saturating_mul(shape.send_depth.saturating_add(shape.recv_depth))
+            .saturating_add(CQ_SLACK);
+        let cq = ctx.create_cq(cqe)?;
+        let mr = pd.register(mr_len)?;
+        let mut qps = Vec::with_capacity(usize::from(shape.qps));
+        let mut psns = Vec::with_capacity(usize::from(shape.qps));
+        for _ in 0..shape.qps {
+            let mut qp = pd.create_qp(
+                &cq,
+                &cq,
+                QpCaps {
+                    max_send_wr: shape.send_depth.max(1),
+                    max_recv_wr: shape.recv_depth.max(1),
+                },
+            )?;
+            qp.to_init(ctx.port(), 0)?;
+            qps.push(qp);
+            psns.push(random_psn());
+        }
+        Ok(QpSet {
+            ctx,
+            qps,
+            cq,
+            mr,
+            _pd: pd,
+            psns,
+            sgid_index,
+            slot_bytes: shape.slot_bytes,
+        })
+    }
+
+    /// What the peer needs to connect to each of our QPs.
+    pub fn endpoints(&self) -> Result<Vec<QpEndpoint>, VerbsError> {
+        let gid = match self.sgid_index {
+            Some(i) => self.ctx.gid(i)?.gid.octets(),
+            None => [0; 16],
+        };
+        Ok(self
+            .qps
+            .iter()
+            .zip(&self.psns)
+            .map(|(qp, &psn)| QpEndpoint {
+                qpn: qp.qpn(),
+                psn,
+                lid: self.ctx.port_info().lid,
+                gid,
+            })
+            .collect())
+    }
+
+    /// This port's active MTU in bytes.
+    pub fn active_mtu(&self) -> u32 {
+        self.ctx
+            .port_info()
+            .active_path_mtu()
+            .map_or(1024, PathMtu::bytes)
+    }
+
+    /// The path MTU both ends can use: min(ours, peer's, configured), as a valid IB MTU.
+    pub fn path_mtu(&self, peer_mtu: u32, configured: Option<u32>) -> PathMtu {
+        let want = self
+            .active_mtu()
+            .min(peer_mtu)
+            .min(configured.unwrap_or(u32::MAX));
+        PathMtu::largest_at_most(want).unwrap_or(PathMtu::Mtu256)
+    }
+
+    /// Connects our QP `i` to the peer's endpoint `i`: INIT → RTR, and → RTS when `send` (the
+    /// responder only receives, so like perftest's server it stays in RTR).
+    pub fn connect(
+        &mut self,
+        peer: &[QpEndpoint],
+        mtu: PathMtu,
+        path: &PathOptions,
+        send: bool,
+    ) -> Result<(), VerbsError> {
+        if peer.len() != self.qps.len() {
+            return Err(VerbsError::InvalidArgument(format!(
+                "peer offered {} QPs, we have {}",
+                peer.len(),
+                self.qps.len()
+            )));
+        }
+        let mut params = PathParams::new(mtu.bytes(), self.sgid_index);
+        params.traffic_class = path.traffic_class;
+        params.service_level = path.service_level;
+        for ((qp, remote), &psn) in self.qps.iter_mut().zip(peer).zip(&self.psns) {
+            qp.to_rtr(
+                &RemoteEndpoint {
+                    qpn: remote.qpn,
+                    psn: remote.psn,
+                    gid: remote.gid,
+                    lid: remote.lid,
+                },
+                &params,
+            )?;
+            if send {
+                qp.to_rts(&RtsParams::new(psn))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The memory slot of QP `i`.
+    pub fn slot(&self, i: usize) -> &[u8] {
+        let len = self.slot_len();
+        &self.mr.as_slice()[i * len..(i + 1) * len]
+    }
+
+    /// The memory slot of QP `i`, writable.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = self.slot_len();
+        &mut self.mr.as_mut_slice()[i * len..(i + 1) * len]
+    }
+
+    /// Remote address of QP `i`'s slot (what the peer writes to).
+    pub fn slot_addr(&self, i: usize) -> u64 {
+        self.mr.addr() + (i as u64) * self.slot_bytes
+    }
+
+    pub fn slot_bytes(&self) -> u64 {
+        self.slot_bytes
+    }
+
+    fn slot_len(&self) -> usize {
+        self.slot_bytes as usize // checked to fit in usize at creation
+    }
+}
+
+/// A random 24-bit initial PSN, as perftest uses (`lrand48() & 0xffffff`).
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    // A fixed PSN is still correct, only less robust against stale packets: never fail for it.
+    let _ = getrandom::getrandom(&mut b);
+    u32::from_le_bytes(b) & crate::verbs::MAX_PSN
+}

@@ -11,4 +11,5 @@ pub mod control;
 pub mod prober;
 pub mod reason;
 pub mod responder;
+pub mod session;
 pub mod verbs;

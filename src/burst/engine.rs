@@ -127,10 +127,18 @@ pub fn run_burst(
         stats.on_start(Duration::ZERO);
     }
     let mut last_progress = Duration::ZERO;
+    let mut last_completion = Duration::ZERO;
     loop {
         let now = start.elapsed();
         if now > deadline {
             return Err(EngineError::Timeout(deadline));
+        }
+        // A peer that vanished may leave WRs neither completed nor failed for a long time (the
+        // transport retries first): a burst with outstanding WRs and no completion for
+        // `timeout` is abandoned, whatever its planned length.
+        let in_flight = windows.iter().any(|w| !w.is_drained());
+        if in_flight && now.saturating_sub(last_completion) > timeout {
+            return Err(EngineError::Timeout(timeout));
         }
         if let Some(d) = duration {
             stopping |= now >= d;
@@ -143,6 +151,9 @@ pub fn run_burst(
             Some(PaceDecision::WaitUntil(_)) => 0,
         };
         let mut posted = 0u64;
+        if !in_flight {
+            last_completion = now; // the stall clock starts with the first WR in flight
+        }
         for step in 0..qps {
             let q = (next_qp + step) % qps;
             if finished[q] {
@@ -200,6 +211,9 @@ pub fn run_burst(
         // --- complete -----------------------------------------------------------------------
         let polled = targets.cq.poll(&mut wcs)?;
         account(&wcs[..polled], &mut windows, &mut stats, start, size)?;
+        if polled > 0 {
+            last_completion = start.elapsed();
+        }
         if finished.iter().all(|&f| f) && windows.iter().all(|w| w.is_drained()) {
             break;
         }
@@ -231,7 +245,7 @@ pub fn run_burst(
         match policy.decide(next_send_in, completions) {
             WaitAction::Spin => std::hint::spin_loop(),
             WaitAction::Sleep(d) => std::thread::sleep(d),
-            WaitAction::Block { timeout } => {
+            WaitAction::Block { timeout: block_for } => {
                 targets.cq.arm()?;
                 // A completion may have arrived between the last poll and arming: take it
                 // without blocking (the armed event then fires later and is simply consumed).
@@ -239,10 +253,13 @@ pub fn run_burst(
                 if polled > 0 {
                     account(&wcs[..polled], &mut windows, &mut stats, start, size)?;
                     last_progress = start.elapsed();
+                    last_completion = last_progress;
                     continue;
                 }
-                let limit = deadline.saturating_sub(start.elapsed());
-                let block = timeout.unwrap_or(MAX_BLOCK).min(MAX_BLOCK).min(limit);
+                let limit = deadline
+                    .min(last_completion + timeout)
+                    .saturating_sub(start.elapsed());
+                let block = block_for.unwrap_or(MAX_BLOCK).min(MAX_BLOCK).min(limit);
                 targets.cq.wait(block)?;
             }
         }

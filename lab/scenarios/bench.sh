@@ -1,0 +1,96 @@
+# Benchmark (prints figures; asserts nothing about speed): on one lab link, in one run,
+#  1. bandwidth: stock ib_write_bw -n N vs our probe --messages N, alternating, 3 rounds;
+#  2. pacing: our probe at several limits (achieved / limit);
+#  3. warm session: time from burst request to first WRITE on a reused session;
+#  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
+#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes.
+# node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
+bin=rdma-probe-exporter
+N=${BENCH_MESSAGES:-500}
+echo "lab-psk-0123456789abcdef" >/tmp/psk
+TIMEFORMAT='%U %S'
+case $LAB_NODE in
+  node2)
+    $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+    lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    lab_signal responder-up
+    round=0
+    while :; do
+      round=$((round + 1))
+      lab_wait_signal node1 "want-perftest-$round" 900 || exit 1
+      [ -e /mnt/nodes/node1/signal-bench-done ] && break
+      args=$(cat /mnt/nodes/node1/perftest-args-$round)
+      ib_write_bw -d rxe0 -x 1 -F $args >perftest-server-$round.txt 2>&1 &
+      pid=$!
+      lab_wait_listening 18515 || exit 1
+      lab_signal "perftest-up-$round"
+      wait $pid
+    done
+    kill -TERM %1; wait
+    ;;
+  node1)
+    lab_wait_signal node2 responder-up || exit 1
+    peer=$(lab_addr node2)
+    round=0
+    # perftest ARGS...: runs an ib_write_bw client against a fresh server with the same ARGS;
+    # prints "bw_gbps cpu_user cpu_sys".
+    perftest() {
+      round=$((round + 1))
+      echo "$*" >"perftest-args-$round"
+      lab_signal "want-perftest-$round"
+      lab_wait_signal node2 "perftest-up-$round" || return 1
+      { time ib_write_bw -d rxe0 -x 1 -F "$@" "$peer" >"perftest-client-$round.txt" 2>&1; } 2>"perftest-cpu-$round.txt"
+      local bw
+      bw=$(awk '/#bytes/ {getline; print $4}' "perftest-client-$round.txt")
+      echo "$bw $(cat "perftest-cpu-$round.txt")"
+    }
+    # ours NAME ARGS...: one probe; prints "bw_gbps cpu_user cpu_sys" and keeps NAME.json.
+    ours() {
+      local name=$1; shift
+      { time $bin probe "$peer:18516" --device rxe0 --psk-file /tmp/psk --json "$@" >"$name.json" 2>"$name.err"; } 2>"$name.cpu"
+      local bw
+      bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("bandwidth_bytes_per_second", 0) * 8e-9)' "$name.json" 2>/dev/null || echo 0)
+      echo "$bw $(cat "$name.cpu")"
+    }
+    echo "== 1. bandwidth, $N x 64 KiB, unpaced"
+    for r in 1 2 3; do
+      p=$(perftest -n "$N" --report_gbits); o=$(ours "unpaced-$r" --messages "$N")
+      set -- $p; pbw=$1; set -- $o; obw=$1
+      ratio=$(awk -v a="$obw" -v b="$pbw" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
+      echo "round $r: ib_write_bw $pbw Gb/s, ours $obw Gb/s, ratio $ratio"
+      lab_result "bw_round_$r" "perftest=$pbw ours=$obw ratio=$ratio"
+      link=$pbw
+    done
+    echo "== 2. pacing (ours), burst >= 3 s"
+    for limit in 10 20 40; do
+      msgs=$(awk -v m="$limit" 'BEGIN {printf "%d", m * 1e6 / 8 / 65536 * 4}')
+      o=$(ours "paced-$limit" --messages "$msgs" --rate-limit "${limit}Mbps"); set -- $o
+      err=$(awk -v a="$1" -v l="$limit" 'BEGIN {printf "%+.3f", (a * 1000 / l - 1) * 100}')
+      echo "limit $limit Mbps: achieved $(awk -v a="$1" 'BEGIN {printf "%.3f", a * 1000}') Mbps, error $err%"
+      lab_result "pacing_$limit" "achieved_gbps=$1 error_pct=$err"
+    done
+    echo "== 3. warm session: request -> first WRITE"
+    ours warm --messages 20 --bursts 5 >/dev/null
+    lab_result warm "$(python3 -c '
+import json,sys
+lines=[json.loads(l) for l in open("warm.json") if l.strip()]
+print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get("burst_start_seconds") is not None))')"
+    echo "warm-session burst start times: $(grep '^warm=' results | cut -d= -f2)"
+    echo "== 4. CPU at the same software rate limit, same bytes ($N messages)"
+    for pct in 25 50; do
+      gbps=$(awk -v l="$link" -v p="$pct" 'BEGIN {printf "%.4f", l * p / 100}')
+      mbps=$(awk -v g="$gbps" 'BEGIN {printf "%.1f", g * 1000}')
+      p=$(perftest -n "$N" --report_gbits --rate_limit="$gbps" --rate_units=g --rate_limit_type=SW --burst_size=1)
+      o=$(ours "cpu-$pct" --messages "$N" --rate-limit "${mbps}Mbps")
+      set -- $p; pbw=$1; pcpu=$(awk -v u="$2" -v s="$3" 'BEGIN {print u + s}')
+      set -- $o; obw=$1; ocpu=$(awk -v u="$2" -v s="$3" 'BEGIN {print u + s}')
+      line=$(awk -v pb="$pbw" -v ob="$obw" -v pc="$pcpu" -v oc="$ocpu" -v g="$gbps" 'BEGIN {
+        printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s | cpu ratio ours/perftest %.3f",
+          g, pb, (pb / g - 1) * 100, pc, ob, (ob / g - 1) * 100, oc, (pc > 0 ? oc / pc : 0) }')
+      echo "$pct%: $line"
+      lab_result "cpu_$pct" "$line"
+    done
+    lab_signal bench-done
+    round=$((round + 1)); lab_signal "want-perftest-$round"
+    ;;
+esac

@@ -1,0 +1,35 @@
+# Two nodes: node2 runs the responder, node1 probes it: a validated burst, a 50 Mbps paced burst,
+# a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy).
+bin=rdma-probe-exporter
+echo "lab-psk-0123456789abcdef" >/tmp/psk
+echo "some-other-key-0123456789" >/tmp/wrong-psk
+case $LAB_NODE in
+  node2)
+    $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+    lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    lab_signal responder-up
+    lab_wait_signal node1 done 600
+    kill -TERM %1
+    wait %1
+    echo "responder exit: $?"
+    ;;
+  node1)
+    lab_wait_signal node2 responder-up || exit 1
+    peer=$(lab_addr node2):18516
+    probe() { $bin probe "$peer" --device rxe0 --psk-file /tmp/psk --json "$@"; }
+    probe --messages 200 >success.json; echo "success exit=$?" >>exits
+    probe --messages 400 --rate-limit 50Mbps >paced.json; echo "paced exit=$?" >>exits
+    $bin probe "$(lab_addr node2):1" --device rxe0 --psk-file /tmp/psk --json --messages 10 >refused.json
+    echo "refused exit=$?" >>exits
+    $bin probe "$peer" --device rxe0 --psk-file /tmp/wrong-psk --json --messages 10 >wrong-psk.json
+    echo "wrong-psk exit=$?" >>exits
+    # A long paced burst, and a second prober while it runs.
+    probe --duration 8s --rate-limit 10Mbps >long.json &
+    long=$!
+    sleep 3
+    probe --messages 10 >busy.json; echo "busy exit=$?" >>exits
+    wait $long; echo "long exit=$?" >>exits
+    cat exits
+    lab_signal done
+    ;;
+esac

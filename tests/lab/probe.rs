@@ -1,0 +1,121 @@
+//! Probes between lab nodes over real Soft-RoCE: the exporter's prober against its responder.
+
+use serde_json::Value;
+
+use crate::support::{self, LabRun};
+
+const BIN: &str = "target/release/rdma-probe-exporter";
+
+fn json(run: &LabRun, node: &str, file: &str) -> Value {
+    let text = run.file(node, file);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{node}/{file} is not one JSON object ({e}):\n{text}\n{}",
+            run.log(node)
+        )
+    })
+}
+
+fn exit_code(run: &LabRun, name: &str) -> String {
+    run.file("node1", "exits")
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} exit=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no exit code for {name}: {}", run.log("node1")))
+}
+
+fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+fn probe_between_two_nodes() {
+    let run = support::run("probe-basic", 2, "probe-basic.sh", &[BIN.as_ref()], 600);
+    run.assert_success();
+
+    // A validated burst: bytes = messages x size.
+    let ok = json(&run, "node1", "success.json");
+    assert_eq!(exit_code(&run, "success"), "0", "{ok}");
+    assert_eq!(ok["validated"], true, "{ok}");
+    assert!(ok["error"].is_null(), "{ok}");
+    assert_eq!(ok["messages"], 200, "{ok}");
+    assert_eq!(ok["bytes"].as_u64(), Some(200 * 65536), "{ok}");
+    assert!(f64_of(&ok, "bandwidth_bytes_per_second") > 0.0, "{ok}");
+    assert!(f64_of(&ok, "setup_seconds") > 0.0, "{ok}");
+    eprintln!(
+        "probe node1->node2: {:.4} Gb/s, setup {:.1} ms",
+        f64_of(&ok, "bandwidth_bytes_per_second") * 8e-9,
+        f64_of(&ok, "setup_seconds") * 1e3
+    );
+
+    // 50 Mbps over a burst of at least 3 s, within 2%.
+    let paced = json(&run, "node1", "paced.json");
+    assert_eq!(exit_code(&run, "paced"), "0", "{paced}");
+    assert_eq!(paced["validated"], true, "{paced}");
+    let achieved = f64_of(&paced, "bandwidth_bytes_per_second");
+    let target = f64_of(&paced, "target_bandwidth_bytes_per_second");
+    assert!((target - 50e6 / 8.0).abs() < 1.0, "{paced}");
+    assert!(f64_of(&paced, "elapsed_seconds") >= 3.0, "{paced}");
+    let error = (achieved - target) / target;
+    eprintln!(
+        "paced 50 Mbps: achieved {:.3} Mbps, error {:+.3}%",
+        achieved * 8e-6,
+        error * 100.0
+    );
+    assert!(
+        error.abs() <= 0.02,
+        "pacing error {:.2}%: {paced}",
+        error * 100.0
+    );
+
+    // Nothing listening: connect, fast.
+    let refused = json(&run, "node1", "refused.json");
+    assert_eq!(exit_code(&run, "refused"), "1");
+    assert_eq!(refused["error"], "connect", "{refused}");
+
+    // Wrong PSK: auth on the prober, and the responder logged an auth failure too.
+    let wrong = json(&run, "node1", "wrong-psk.json");
+    assert_eq!(exit_code(&run, "wrong-psk"), "1");
+    assert_eq!(wrong["error"], "auth", "{wrong}");
+    let responder_log = run.file("node2", "responder.log");
+    assert!(
+        responder_log.contains("reason=auth"),
+        "responder did not log an auth failure:\n{responder_log}"
+    );
+
+    // A second prober during a burst is deferred as busy, and the long burst is unharmed.
+    let busy = json(&run, "node1", "busy.json");
+    assert_eq!(busy["deferred"], "busy", "{busy}");
+    assert!(busy["error"].is_null(), "{busy}");
+    assert_ne!(exit_code(&run, "busy"), "0");
+    let long = json(&run, "node1", "long.json");
+    assert_eq!(exit_code(&run, "long"), "0", "{long}");
+    assert_eq!(long["validated"], true, "{long}");
+}
+
+#[test]
+fn losing_the_responder_node_mid_burst_ends_the_probe() {
+    let run = support::run(
+        "probe-node-loss",
+        2,
+        "probe-node-loss.sh",
+        &[BIN.as_ref()],
+        600,
+    );
+    run.assert_success();
+    let loss = json(&run, "node1", "loss.json");
+    let reason = loss["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason == "wc_retry_exceeded" || reason == "timeout",
+        "expected wc_retry_exceeded or timeout: {loss}"
+    );
+    let results = run.results("node1");
+    let after: f64 = results["seconds_after_stop"].parse().unwrap();
+    eprintln!("node loss: probe ended {after:.2} s after the power cut with {reason}");
+    // --timeout 5s, plus process exit and lab polling slack.
+    assert!(
+        after <= 8.0,
+        "probe took {after} s after the node stopped: {loss}"
+    );
+}

@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod burst;
+pub mod cli;
 pub mod config;
 pub mod control;
 pub mod prober;

@@ -1,0 +1,1160 @@
+//! The command line as clap sees it ("low" args), and its one-time conversion into validated
+//! settings ("high" args: [`Action`]).
+//!
+//! Why two layers (ripgrep's LowArgs → HiArgs): clap checks what a single flag can check (a
+//! number, a unit, a range, flags that exclude each other); everything that needs several flags
+//! at once (a burst plan, the auth choice) or a file (the PSK) is checked exactly once in
+//! [`Cli::into_action`], before any network traffic or RDMA resource. The rest of the program
+//! only ever sees [`ProbeSettings`] / [`ResponderSettings`], never raw flags.
+//!
+//! Every refusal is a [`clap::Error`], so it prints like clap's own errors (`error: ...` plus the
+//! usage line) and exits with status 2.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::styling::{AnsiColor, Styles};
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use crate::burst::plan::{MAX_QPS, MAX_TX_DEPTH};
+use crate::burst::{BurstLength, BurstPlan};
+use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
+use crate::config::{parse_positive_duration, ByteSize, RateLimit};
+use crate::control::{AuthMode, Psk};
+use crate::prober::{LocalPort, ProbeSettings};
+use crate::responder::ResponderSettings;
+use crate::verbs::PathMtu;
+
+/// The control port responders listen on by default (perftest's is 18515; one above it, so a
+/// stock `ib_write_bw` server and a responder can run side by side).
+pub const DEFAULT_CONTROL_PORT: u16 = 18516;
+
+/// perftest's `-n` default for ib_write_bw (`DEF_ITERS_WB`).
+pub const DEFAULT_MESSAGES: u64 = 5000;
+
+/// Where `--node` falls back to when neither the flag nor `NODE_NAME` is set.
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+
+const ABOUT: &str = "Measures RDMA links (InfiniBand, RoCE v2) with short, paced \
+                     ib_write_bw-style RDMA WRITE bursts";
+
+const LONG_ABOUT: &str = "\
+Measures RDMA links (InfiniBand, RoCE v2) with short, paced ib_write_bw-style RDMA WRITE bursts.
+
+Links that are up but slow (a port trained at half width, a bad cable, a wrong MTU, PFC trouble)
+only show under traffic. Every node runs a responder; a prober sends it a burst of RDMA WRITEs over
+an authenticated TCP control channel and reports bandwidth (Gb/s = 10^9 bit/s, MiB/s = 2^20 B/s, as
+ib_write_bw prints them), message rate, the lowest short-window bandwidth, the longest completion
+gap and whether the responder verified the data.
+
+Exit status: 0 success; 1 the command ran and failed (the probe failed, no RDMA device, ...);
+2 the command line is invalid (nothing was attempted).";
+
+const RESPONDER_EXAMPLES: &str = "\
+Examples:
+  # Serve probes on the default port, authenticated by a pre-shared key:
+  rdma-probe-exporter responder --psk-file /etc/rdma-probe/psk
+
+  # Serve on one device only, on the storage network's address:
+  rdma-probe-exporter responder --listen 10.0.0.1:18516 --device mlx5_0 --psk-file psk
+
+Runs until SIGTERM or SIGINT, then stops accepting, releases every session's QPs and memory,
+and exits 0.";
+
+const PROBE_EXAMPLES: &str = "\
+Examples:
+  # One ib_write_bw-like burst (5000 x 64 KiB, unpaced) against a responder:
+  rdma-probe-exporter probe 10.0.0.2:18516 --psk-file /etc/rdma-probe/psk
+
+  # Half a second at 25% of the link rate, 4 QPs, as JSON:
+  rdma-probe-exporter probe node-b:18516 --psk-file psk --duration 500ms --rate-limit 25% \\
+      --qps 4 --json
+
+Exit status 0 only if the burst ran and the responder verified its data.";
+
+const DEVICES_EXAMPLES: &str = "\
+Examples:
+  rdma-probe-exporter devices
+  rdma-probe-exporter devices --json | jq '.[].ports[].link_rate_bits_per_second'";
+
+fn styles() -> Styles {
+    Styles::styled()
+        .header(AnsiColor::Yellow.on_default().bold())
+        .usage(AnsiColor::Yellow.on_default().bold())
+        .literal(AnsiColor::Green.on_default())
+        .placeholder(AnsiColor::Cyan.on_default())
+}
+
+/// `rdma-probe-exporter`: the whole command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rdma-probe-exporter",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    styles = styles(),
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// Log format on stderr: `text` for people, `json` (one object per line) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        help_heading = "Logging"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
+    ///
+    /// Directives as in RUST_LOG, e.g. `info,rdma_probe_exporter::prober=debug`. The flag wins
+    /// over the RUST_LOG environment variable; without either the level is `info`.
+    #[arg(
+        long,
+        global = true,
+        env = "RUST_LOG",
+        value_name = "FILTER",
+        default_value = "info",
+        value_parser = parse_log_filter,
+        help_heading = "Logging"
+    )]
+    pub log_level: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve probe sessions from other nodes (runs until SIGTERM/SIGINT).
+    ///
+    /// Accepts authenticated sessions on a TCP control port, sets up a memory region and RC QPs
+    /// on a local RDMA port for each, lets the prober write its burst, verifies the written data
+    /// and reports back. Limits on sessions, pinned memory and idle time keep a responder cheap
+    /// on a busy node.
+    #[command(after_help = RESPONDER_EXAMPLES)]
+    Responder(ResponderArgs),
+
+    /// Run one RDMA WRITE burst against a responder and print an ib_write_bw-like report.
+    ///
+    /// Connects to the responder's control port, authenticates, sets up the QPs (timed as
+    /// "setup"), runs one burst of RDMA WRITEs from a local RDMA port to the responder's, and
+    /// prints bandwidth, message rate, the lowest short-window bandwidth, the longest completion
+    /// gap and whether the responder verified the data. Defaults are ib_write_bw's: 64 KiB
+    /// messages, 5000 of them, TX depth 128, 1 QP, unpaced.
+    #[command(after_help = PROBE_EXAMPLES)]
+    Probe(ProbeArgs),
+
+    /// List RDMA devices, ports, link rates and GID tables.
+    ///
+    /// For each device and port: state, link layer, active/max MTU, link rate in Gb/s with its
+    /// width and speed, and every readable GID with its index, type and netdev. The GID a probe
+    /// picks when --gid-index is not given is marked with `*`.
+    #[command(after_help = DEVICES_EXAMPLES)]
+    Devices(DevicesArgs),
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which local RDMA port to use (shared by `responder` and `probe`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Local RDMA port")]
+pub struct LocalPortArgs {
+    /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first device with an active port).
+    #[arg(long, value_name = "NAME", value_parser = parse_name)]
+    pub device: Option<String>,
+
+    /// Port number on the device, counting from 1.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub port: u8,
+
+    /// GID table index (default: the port's global IPv4-mapped RoCE v2 GID, as ib_write_bw picks).
+    ///
+    /// `devices` lists the GIDs of each port and marks the default one.
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+}
+
+impl LocalPortArgs {
+    fn into_local_port(self) -> LocalPort {
+        LocalPort {
+            device: self.device,
+            port: self.port,
+            gid_index: self.gid_index,
+        }
+    }
+}
+
+/// How the control channel is authenticated; one of the two is required.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Authentication (one of the two is required)")]
+#[group(multiple = false)]
+pub struct AuthArgs {
+    /// File holding the pre-shared key both ends use (at least 16 bytes; one trailing newline is
+    /// ignored), e.g. a mounted Kubernetes Secret.
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: Option<PathBuf>,
+
+    /// Run the control channel without authentication (must be said explicitly).
+    ///
+    /// Anyone who can reach the control port can then make a responder pin memory and learn its
+    /// QP numbers and keys. Both ends must agree: a --no-auth prober cannot talk to a PSK responder.
+    #[arg(long)]
+    pub no_auth: bool,
+}
+
+impl AuthArgs {
+    /// Loads the key, or refuses when neither choice was made (brief §4 "Secure by default").
+    fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
+        match (self.psk_file, self.no_auth) {
+            (Some(path), _) => Psk::load(&path).map(AuthMode::Psk).map_err(|e| {
+                // PskError never contains key material (see control::auth).
+                usage_error(
+                    subcommand,
+                    ErrorKind::ValueValidation,
+                    format!("--psk-file: {e}"),
+                )
+            }),
+            (None, true) => Ok(AuthMode::None),
+            (None, false) => Err(usage_error(
+                subcommand,
+                ErrorKind::MissingRequiredArgument,
+                "authentication is required: pass --psk-file FILE (a pre-shared key of at least \
+                 16 bytes that both ends share), or --no-auth to run the control channel without \
+                 authentication explicitly",
+            )),
+        }
+    }
+}
+
+/// This node's name (shared by `responder` and `probe`).
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// This node's name, sent in the handshake for the peer's logs and metrics
+    /// [default: $NODE_NAME if set and not empty, else the host name].
+    #[arg(long, value_name = "NAME", value_parser = parse_name)]
+    pub node: Option<String>,
+}
+
+/// The environment variable Kubernetes manifests set from `spec.nodeName` (brief §7).
+const NODE_NAME_ENV: &str = "NODE_NAME";
+
+impl NodeArgs {
+    /// `--node`, else `NODE_NAME`, else the host name. Read here rather than through clap's
+    /// `env` so that an empty `NODE_NAME` (a manifest with the field unset) falls back to the
+    /// host name instead of being refused as an empty `--node`.
+    fn into_node_name(self, subcommand: &str) -> Result<String, clap::Error> {
+        if let Some(node) = self.node {
+            return Ok(node);
+        }
+        let invalid = |detail: String| {
+            usage_error(
+                subcommand,
+                ErrorKind::ValueValidation,
+                format!("cannot determine this node's name ({detail}); pass --node NAME"),
+            )
+        };
+        match std::env::var(NODE_NAME_ENV) {
+            Ok(name) if !name.is_empty() => {
+                parse_name(&name).map_err(|e| invalid(format!("{NODE_NAME_ENV}: {e}")))
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(invalid(format!("{NODE_NAME_ENV} is not valid UTF-8")))
+            }
+            _ => hostname().map_err(invalid),
+        }
+    }
+}
+
+/// `responder` flags.
+#[derive(Debug, Args)]
+pub struct ResponderArgs {
+    /// TCP address (IP:PORT) for the control channel, e.g. 10.0.0.1:18516 or [::]:18516.
+    #[arg(long, value_name = "ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_CONTROL_PORT)))]
+    pub listen: SocketAddr,
+
+    /// Deadline for each control exchange with a prober (e.g. 10s).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration_flag)]
+    pub timeout: Duration,
+
+    #[command(flatten)]
+    pub node: NodeArgs,
+
+    /// Most concurrent sessions; more are refused.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        value_parser = clap::value_parser!(u32).range(1..=65536),
+        help_heading = "Limits"
+    )]
+    pub max_sessions: u32,
+
+    /// Most memory registered (pinned) across all sessions, e.g. 1GiB or 512MiB; a session that
+    /// would exceed it is refused.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "1GiB",
+        value_parser = parse_byte_size,
+        help_heading = "Limits"
+    )]
+    pub max_pinned: ByteSize,
+
+    /// A session with no control message for this long is closed and its memory freed
+    /// (e.g. 60s, 5m).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_duration_flag,
+        help_heading = "Limits"
+    )]
+    pub idle_timeout: Duration,
+
+    #[command(flatten)]
+    pub local: LocalPortArgs,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// How long one probe burst runs: at most one of the three.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Burst")]
+#[group(multiple = false)]
+pub struct LengthArgs {
+    /// Burst length in messages, over all QPs together (ib_write_bw's -n counts per QP)
+    /// [default: 5000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub messages: Option<u64>,
+
+    /// Burst length in payload bytes, rounded up to whole messages, e.g. 256MiB.
+    #[arg(long, value_name = "BYTES", value_parser = parse_byte_size)]
+    pub bytes: Option<ByteSize>,
+
+    /// Burst length in time from the first post, e.g. 500ms (then the send queues drain).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
+    pub duration: Option<Duration>,
+}
+
+impl LengthArgs {
+    fn into_length(self) -> BurstLength {
+        match (self.messages, self.bytes, self.duration) {
+            (_, _, Some(d)) => BurstLength::Duration(d),
+            (_, Some(b), _) => BurstLength::Bytes(b.bytes()),
+            (Some(n), _, _) => BurstLength::Messages(n),
+            (None, None, None) => BurstLength::Messages(DEFAULT_MESSAGES),
+        }
+    }
+}
+
+/// `probe` flags.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The responder's control address: HOST:PORT, [IPv6]:PORT, or HOST (port 18516).
+    #[arg(value_name = "HOST:PORT", value_parser = parse_target)]
+    pub target: String,
+
+    /// Print exactly one JSON object (the probe outcome) on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Deadline for each control exchange, and how long the burst may overrun its plan
+    /// (e.g. 10s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration_flag)]
+    pub timeout: Duration,
+
+    #[command(flatten)]
+    pub node: NodeArgs,
+
+    /// Message (RDMA WRITE) size in bytes; accepts units: 65536, 64K, 64KiB, 1MiB, 64KB (= 64000).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "65536",
+        value_parser = parse_byte_size,
+        help_heading = "Burst"
+    )]
+    pub size: ByteSize,
+
+    #[command(flatten)]
+    pub length: LengthArgs,
+
+    /// Pace the burst: 10Gbps, 1200MiB/s, 50000msg/s or 25% of the link rate (default: unpaced).
+    ///
+    /// Bits per second (50Mbps, 10Gbps, 1Tbps), bytes per second (1200MiB/s, 1GiB/s, 500MB/s),
+    /// messages per second (50000msg/s) or a percentage of the lower link rate of both ends
+    /// (25%). `Gb/s` and `MBps` are refused as ambiguous: write Gbps for bits, GB/s or GiB/s for
+    /// bytes. Without a limit the burst runs as fast as it can, and the target is the lower link
+    /// rate of both ends.
+    #[arg(
+        long,
+        value_name = "RATE",
+        value_parser = parse_rate_limit,
+        help_heading = "Burst"
+    )]
+    pub rate_limit: Option<RateLimit>,
+
+    /// Number of RC QPs the burst is spread over, 1 to 64 (on RoCE v2 each may take its own
+    /// ECMP path).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_QPS)),
+        help_heading = "Burst"
+    )]
+    pub qps: u16,
+
+    /// Send queue depth per QP: most RDMA WRITEs outstanding, 1 to 15000.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 128,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_TX_DEPTH)),
+        help_heading = "Burst"
+    )]
+    pub tx_depth: u32,
+
+    /// Request a completion every N WRs, 1 to --tx-depth [default: 1 above 8 KiB, else 100].
+    ///
+    /// As ib_write_bw: the post list size when --post-list is above 1, else 1 for messages above
+    /// 8 KiB and 100 for smaller ones, capped at --tx-depth. Whatever the value, the WR that
+    /// would fill the send queue and the last WR are always signaled.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Burst"
+    )]
+    pub cq_mod: Option<u32>,
+
+    /// WRs per ibv_post_send call, 1 to --tx-depth.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Burst"
+    )]
+    pub post_list: u32,
+
+    /// Upper bound for the path MTU in bytes: 256, 512, 1024, 2048 or 4096
+    /// [default: the lower active MTU of both ends].
+    #[arg(
+        long,
+        value_name = "BYTES",
+        value_parser = parse_mtu,
+        help_heading = "Path"
+    )]
+    pub mtu: Option<u32>,
+
+    /// Traffic class of the packets (RoCE v2: DSCP << 2), 0 to 255; use the lossless class to
+    /// test PFC/ECN.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Path")]
+    pub traffic_class: u8,
+
+    /// InfiniBand service level, 0 to 15.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u8).range(0..=15),
+        help_heading = "Path"
+    )]
+    pub service_level: u8,
+
+    #[command(flatten)]
+    pub local: LocalPortArgs,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// `devices` flags.
+#[derive(Debug, Args)]
+pub struct DevicesArgs {
+    /// Print the device list as JSON (an array of devices with their ports and GIDs).
+    #[arg(long)]
+    pub json: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// High-level, validated form
+
+/// How to log, from the global flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logging {
+    pub format: LogFormat,
+    /// A filter already known to parse (checked by clap).
+    pub filter: String,
+}
+
+/// What to do, fully validated.
+#[derive(Debug)]
+pub enum Action {
+    Responder(ResponderAction),
+    Probe(ProbeAction),
+    Devices { json: bool },
+}
+
+/// A validated `responder` command.
+#[derive(Debug)]
+pub struct ResponderAction {
+    pub listen: SocketAddr,
+    pub settings: ResponderSettings,
+}
+
+/// A validated `probe` command.
+#[derive(Debug)]
+pub struct ProbeAction {
+    pub settings: ProbeSettings,
+    /// The plan the flags describe (rate left out when it is a percentage, which needs the link
+    /// rate): proof that the flags combine, and the effective CQ moderation for the report.
+    pub plan: BurstPlan,
+    pub json: bool,
+}
+
+impl Cli {
+    /// Turns the parsed flags into validated settings; the only place flags are interpreted.
+    pub fn into_action(self) -> Result<(Logging, Action), clap::Error> {
+        let logging = Logging {
+            format: self.log_format,
+            filter: self.log_level,
+        };
+        let action = match self.command {
+            Command::Responder(args) => Action::Responder(args.into_action()?),
+            Command::Probe(args) => Action::Probe(args.into_action()?),
+            Command::Devices(args) => Action::Devices { json: args.json },
+        };
+        Ok((logging, action))
+    }
+}
+
+impl ResponderArgs {
+    fn into_action(self) -> Result<ResponderAction, clap::Error> {
+        const SUB: &str = "responder";
+        let auth = self.auth.into_auth(SUB)?;
+        let node_name = self.node.into_node_name(SUB)?;
+        Ok(ResponderAction {
+            listen: self.listen,
+            settings: ResponderSettings {
+                node_name,
+                local: self.local.into_local_port(),
+                auth,
+                // u32 → usize cannot fail on the 32/64-bit targets RDMA runs on.
+                max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
+                max_pinned_bytes: self.max_pinned.bytes(),
+                idle_timeout: self.idle_timeout,
+                io_timeout: self.timeout,
+            },
+        })
+    }
+}
+
+impl ProbeArgs {
+    fn into_action(self) -> Result<ProbeAction, clap::Error> {
+        const SUB: &str = "probe";
+        let message_size = self.size.bytes();
+        let length = self.length.into_length();
+        // An absolute rate is resolved now so a rate the pacer cannot use is refused up front; a
+        // percentage needs both link rates, known only after the handshake.
+        let resolved = match self.rate_limit {
+            None | Some(RateLimit::PercentOfLink(_)) => None,
+            Some(limit) => Some(limit.resolve(message_size, None).map_err(|e| {
+                usage_error(
+                    SUB,
+                    ErrorKind::ValueValidation,
+                    format!("--rate-limit {limit}: {e}"),
+                )
+            })?),
+        };
+        let mut builder = BurstPlan::builder(message_size, length)
+            .qps(self.qps)
+            .tx_depth(self.tx_depth)
+            .post_list(self.post_list)
+            .rate(resolved);
+        if let Some(cq_mod) = self.cq_mod {
+            builder = builder.cq_mod(cq_mod);
+        }
+        let plan = builder.build().map_err(|e| {
+            usage_error(
+                SUB,
+                ErrorKind::ArgumentConflict,
+                format!("these probe flags do not combine: {e}{}", plan_hint(&e)),
+            )
+        })?;
+        let auth = self.auth.into_auth(SUB)?;
+        let node_name = self.node.into_node_name(SUB)?;
+        Ok(ProbeAction {
+            settings: ProbeSettings {
+                target: self.target,
+                node_name,
+                local: self.local.into_local_port(),
+                message_size,
+                length,
+                rate_limit: self.rate_limit,
+                qps: self.qps,
+                tx_depth: self.tx_depth,
+                cq_mod: self.cq_mod,
+                post_list: self.post_list,
+                mtu: self.mtu,
+                traffic_class: self.traffic_class,
+                service_level: self.service_level,
+                auth,
+                timeout: self.timeout,
+            },
+            plan,
+            json: self.json,
+        })
+    }
+}
+
+/// Plan errors speak the config's field names (`tx_depth`); say which flags they are.
+fn plan_hint(e: &crate::burst::PlanError) -> &'static str {
+    use crate::burst::PlanError;
+    match e {
+        PlanError::Signaling(_) => {
+            " (flags --tx-depth, --cq-mod and --post-list; --cq-mod and --post-list may not \
+             exceed --tx-depth)"
+        }
+        PlanError::TooFewMessages { .. } => " (flags --messages/--bytes and --qps)",
+        PlanError::MessageSize(_) => " (flag --size)",
+        PlanError::TxDepth(_) => " (flag --tx-depth)",
+        PlanError::Qps(_) => " (flag --qps)",
+        _ => " (flags --messages, --bytes, --duration and --size)",
+    }
+}
+
+/// A validation error that prints like clap's own: `error: ...`, the subcommand's usage, exit 2.
+fn usage_error(subcommand: &str, kind: ErrorKind, message: impl std::fmt::Display) -> clap::Error {
+    let mut cmd = Cli::command();
+    // Building sets each subcommand's full bin name, so the usage line reads
+    // `rdma-probe-exporter probe ...`.
+    cmd.build();
+    match cmd.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(kind, message),
+        None => cmd.error(kind, message),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value parsers: each returns a message that names the accepted forms.
+
+/// A byte size of at least one byte: every size flag (message size, burst bytes, pinned
+/// memory) is meaningless at zero, and `ByteSize` itself accepts `0`.
+fn parse_byte_size(s: &str) -> Result<ByteSize, String> {
+    let size: ByteSize = s
+        .parse()
+        .map_err(|e: crate::config::UnitError| e.to_string())?;
+    if size.bytes() == 0 {
+        return Err(format!(
+            "byte size {s:?} must be greater than zero; expected {BYTE_SIZE_FORMS}"
+        ));
+    }
+    Ok(size)
+}
+
+fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
+    s.parse().map_err(|e: crate::config::UnitError| match e {
+        // The unit errors already list the forms; an empty one gets them too.
+        crate::config::UnitError::Empty { .. } => {
+            format!("empty rate; expected {RATE_LIMIT_FORMS}")
+        }
+        e => e.to_string(),
+    })
+}
+
+fn parse_duration_flag(s: &str) -> Result<Duration, String> {
+    parse_positive_duration(s).map_err(|e| e.to_string())
+}
+
+/// RDMA MTUs are exactly 256..4096 in powers of two; anything else is refused rather than rounded,
+/// because the usual mistake is passing the Ethernet MTU.
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    let size = parse_byte_size(s)?;
+    u32::try_from(size.bytes())
+        .ok()
+        .and_then(PathMtu::from_bytes)
+        .map(PathMtu::bytes)
+        .ok_or_else(|| {
+            format!(
+                "{s} is not an RDMA MTU: use 256, 512, 1024, 2048 or 4096 (RDMA MTUs count \
+                 payload only; a 1500-byte Ethernet MTU carries 1024, a 9000-byte one 4096)"
+            )
+        })
+}
+
+/// Names (devices, nodes): non-empty, printable, no whitespace.
+fn parse_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{s:?} contains whitespace or control characters"));
+    }
+    Ok(s.to_owned())
+}
+
+/// A tracing filter that parses; empty (e.g. `RUST_LOG=` exported with no value) means the
+/// default `info`, not "errors only" as an empty `EnvFilter` would.
+fn parse_log_filter(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Ok("info".to_owned());
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| {
+            format!(
+                "{e}; expected a level (error, warn, info, debug, trace) or directives such as \
+                 info,rdma_probe_exporter::prober=debug"
+            )
+        })
+}
+
+/// Parses the probe target into `HOST:PORT` form: `HOST:PORT`, `[IPv6]:PORT`, a bare IP address
+/// or host name (default port), or a bare IPv6 address. Only the syntax is checked here; the host
+/// name is resolved when connecting.
+pub fn parse_target(s: &str) -> Result<String, String> {
+    const FORMS: &str = "expected HOST:PORT, [IPv6]:PORT or HOST (port 18516), e.g. 10.0.0.2:18516";
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(format!("empty address; {FORMS}"));
+    }
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        if addr.port() == 0 {
+            return Err(format!("{s}: port 0 is not a valid port; {FORMS}"));
+        }
+        return Ok(addr.to_string());
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, DEFAULT_CONTROL_PORT).to_string());
+    }
+    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        return inner
+            .parse::<std::net::Ipv6Addr>()
+            .map(|ip| SocketAddr::new(IpAddr::V6(ip), DEFAULT_CONTROL_PORT).to_string())
+            .map_err(|_| format!("{s}: not an IPv6 address; {FORMS}"));
+    }
+    let (host, port) = match s.rsplit_once(':') {
+        Some((host, port)) => {
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("{s}: invalid port {port:?}; {FORMS}"))?;
+            (host, port)
+        }
+        None => (s, DEFAULT_CONTROL_PORT),
+    };
+    let valid_host = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if !valid_host {
+        return Err(format!("{s}: invalid host name {host:?}; {FORMS}"));
+    }
+    Ok(format!("{host}:{port}"))
+}
+
+/// The kernel's host name, read from procfs (no libc call, so no `unsafe`).
+fn hostname() -> Result<String, String> {
+    let raw = std::fs::read_to_string(HOSTNAME_FILE)
+        .map_err(|e| format!("reading {HOSTNAME_FILE} failed: {e}"))?;
+    let name = raw.trim();
+    if name.is_empty() {
+        return Err(format!("{HOSTNAME_FILE} is empty"));
+    }
+    Ok(name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<(Logging, Action), clap::Error> {
+        let mut full = vec!["rdma-probe-exporter"];
+        full.extend_from_slice(args);
+        Cli::try_parse_from(full)?.into_action()
+    }
+
+    fn probe(args: &[&str]) -> Result<ProbeAction, clap::Error> {
+        let mut full = vec!["probe", "10.0.0.2:18516", "--no-auth", "--node", "a"];
+        full.extend_from_slice(args);
+        match parse(&full)?.1 {
+            Action::Probe(p) => Ok(p),
+            other => panic!("expected probe, got {other:?}"),
+        }
+    }
+
+    fn err(args: &[&str]) -> String {
+        let e = probe(args).expect_err("should be refused");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn probe_defaults_are_ib_write_bw_defaults() {
+        let p = probe(&[]).unwrap();
+        let s = &p.settings;
+        assert_eq!(s.target, "10.0.0.2:18516");
+        assert_eq!(s.node_name, "a");
+        assert_eq!(s.message_size, 65536);
+        assert_eq!(s.length, BurstLength::Messages(5000));
+        assert_eq!(s.qps, 1);
+        assert_eq!(s.tx_depth, 128);
+        assert_eq!(s.cq_mod, None);
+        assert_eq!(s.post_list, 1);
+        assert_eq!(s.rate_limit, None);
+        assert_eq!(s.timeout, Duration::from_secs(10));
+        assert_eq!(s.local.port, 1);
+        assert!(matches!(s.auth, AuthMode::None));
+        // 64 KiB > 8 KiB: every WR signaled, as perftest.
+        assert_eq!(p.plan.cq_mod(), 1);
+        assert!(!p.json);
+    }
+
+    #[test]
+    fn probe_flags_map_to_settings() {
+        let p = probe(&[
+            "--size",
+            "4KiB",
+            "--duration",
+            "500ms",
+            "--rate-limit",
+            "25%",
+            "--qps",
+            "4",
+            "--tx-depth",
+            "64",
+            "--cq-mod",
+            "8",
+            "--mtu",
+            "1024",
+            "--traffic-class",
+            "106",
+            "--service-level",
+            "3",
+            "--device",
+            "mlx5_1",
+            "--port",
+            "2",
+            "--gid-index",
+            "3",
+            "--json",
+        ])
+        .unwrap();
+        let s = &p.settings;
+        assert_eq!(s.message_size, 4096);
+        assert_eq!(s.length, BurstLength::Duration(Duration::from_millis(500)));
+        assert_eq!(s.rate_limit, Some(RateLimit::PercentOfLink(25.0)));
+        assert_eq!((s.qps, s.tx_depth, s.cq_mod), (4, 64, Some(8)));
+        assert_eq!(s.mtu, Some(1024));
+        assert_eq!((s.traffic_class, s.service_level), (106, 3));
+        assert_eq!(
+            s.local,
+            LocalPort {
+                device: Some("mlx5_1".into()),
+                port: 2,
+                gid_index: Some(3)
+            }
+        );
+        assert!(p.json);
+        // A percentage cannot be resolved before the link rates are known.
+        assert_eq!(p.plan.rate(), None);
+    }
+
+    #[test]
+    fn absolute_rate_is_resolved_into_the_plan() {
+        let p = probe(&["--rate-limit", "8Gbps"]).unwrap();
+        let rate = p.plan.rate().unwrap();
+        assert!((rate.bytes_per_second() - 1e9).abs() < 1e-3);
+    }
+
+    #[test]
+    fn bytes_length() {
+        let p = probe(&["--bytes", "256MiB"]).unwrap();
+        assert_eq!(p.settings.length, BurstLength::Bytes(256 << 20));
+    }
+
+    #[test]
+    fn bad_single_flags_name_the_flag() {
+        let e = err(&["--size", "0"]);
+        assert!(
+            e.contains("--size") && e.contains("greater than zero"),
+            "{e}"
+        );
+        let e = err(&["--rate-limit", "5furlongs"]);
+        assert!(
+            e.contains("--rate-limit") && e.contains("unknown unit"),
+            "{e}"
+        );
+        assert!(e.contains("Gbps") && e.contains("msg/s"), "{e}");
+        let e = err(&["--rate-limit", "10Gb/s"]);
+        assert!(e.contains("ambiguous"), "{e}");
+        let e = err(&["--qps", "0"]);
+        assert!(e.contains("--qps"), "{e}");
+        let e = err(&["--qps", "65"]);
+        assert!(e.contains("--qps"), "{e}");
+        let e = err(&["--tx-depth", "0"]);
+        assert!(e.contains("--tx-depth"), "{e}");
+        let e = err(&["--messages", "0"]);
+        assert!(e.contains("--messages"), "{e}");
+        let e = err(&["--duration", "0s"]);
+        assert!(
+            e.contains("--duration") && e.contains("greater than zero"),
+            "{e}"
+        );
+        let e = err(&["--timeout", "soon"]);
+        assert!(e.contains("--timeout"), "{e}");
+        let e = err(&["--mtu", "1500"]);
+        assert!(e.contains("not an RDMA MTU"), "{e}");
+        let e = err(&["--service-level", "16"]);
+        assert!(e.contains("--service-level"), "{e}");
+        let e = err(&["--port", "0"]);
+        assert!(e.contains("--port"), "{e}");
+        let e = err(&["--device", ""]);
+        assert!(e.contains("--device"), "{e}");
+    }
+
+    #[test]
+    fn length_flags_exclude_each_other() {
+        let e = err(&["--messages", "10", "--duration", "1s"]);
+        assert!(e.contains("cannot be used with"), "{e}");
+        let e = err(&["--bytes", "1MiB", "--messages", "10"]);
+        assert!(e.contains("cannot be used with"), "{e}");
+    }
+
+    #[test]
+    fn flag_combinations_are_checked_by_the_plan() {
+        let e = err(&["--cq-mod", "200"]);
+        assert!(
+            e.contains("do not combine") && e.contains("--cq-mod"),
+            "{e}"
+        );
+        let e = err(&["--post-list", "256", "--tx-depth", "128"]);
+        assert!(e.contains("--post-list"), "{e}");
+        let e = err(&["--messages", "2", "--qps", "4"]);
+        assert!(e.contains("every QP needs at least one"), "{e}");
+        let e = err(&["--size", "2GiB"]);
+        assert!(e.contains("1 GiB"), "{e}");
+        let e = err(&["--duration", "2h"]);
+        assert!(e.contains("too long"), "{e}");
+    }
+
+    #[test]
+    fn auth_choice_is_required_and_exclusive() {
+        let e = parse(&["probe", "h:1", "--node", "a"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        assert!(msg.contains("authentication is required"), "{msg}");
+        assert!(
+            msg.contains("--psk-file") && msg.contains("--no-auth"),
+            "{msg}"
+        );
+        let e = parse(&["responder", "--node", "a"]).unwrap_err();
+        assert!(e.to_string().contains("authentication is required"));
+        let e = parse(&[
+            "probe",
+            "h:1",
+            "--no-auth",
+            "--psk-file",
+            "x",
+            "--node",
+            "a",
+        ])
+        .unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("cannot be used with"), "{e}");
+    }
+
+    fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("rdma-probe-cli-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    #[test]
+    fn psk_file_errors_never_show_the_key() {
+        let path = temp_file("short", b"hunter2\n");
+        let e = parse(&[
+            "probe",
+            "h:1",
+            "--node",
+            "a",
+            "--psk-file",
+            path.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        std::fs::remove_file(&path).ok();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--psk-file") && msg.contains("at least 16"),
+            "{msg}"
+        );
+        assert!(!msg.contains("hunter2"), "{msg}");
+
+        let e = parse(&[
+            "probe",
+            "h:1",
+            "--node",
+            "a",
+            "--psk-file",
+            "/nonexistent/psk",
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("cannot read pre-shared key file"),
+            "{e}"
+        );
+
+        let path = temp_file("good", b"0123456789abcdef0123\n");
+        let (_, action) = parse(&[
+            "probe",
+            "h:1",
+            "--node",
+            "a",
+            "--psk-file",
+            path.to_str().unwrap(),
+        ])
+        .unwrap();
+        std::fs::remove_file(&path).ok();
+        let Action::Probe(p) = action else {
+            panic!("expected probe")
+        };
+        assert!(matches!(p.settings.auth, AuthMode::Psk(_)));
+    }
+
+    #[test]
+    fn responder_defaults_and_flags() {
+        let (_, action) = parse(&["responder", "--no-auth", "--node", "b"]).unwrap();
+        let Action::Responder(r) = action else {
+            panic!("expected responder")
+        };
+        assert_eq!(r.listen, "0.0.0.0:18516".parse().unwrap());
+        assert_eq!(r.settings.max_sessions, 16);
+        assert_eq!(r.settings.max_pinned_bytes, 1 << 30);
+        assert_eq!(r.settings.idle_timeout, Duration::from_secs(60));
+        assert_eq!(r.settings.io_timeout, Duration::from_secs(10));
+        assert_eq!(r.settings.node_name, "b");
+
+        let (_, action) = parse(&[
+            "responder",
+            "--no-auth",
+            "--node",
+            "b",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-sessions",
+            "2",
+            "--max-pinned",
+            "512MiB",
+            "--idle-timeout",
+            "5m",
+            "--device",
+            "rxe0",
+        ])
+        .unwrap();
+        let Action::Responder(r) = action else {
+            panic!("expected responder")
+        };
+        assert_eq!(r.listen, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(r.settings.max_sessions, 2);
+        assert_eq!(r.settings.max_pinned_bytes, 512 << 20);
+        assert_eq!(r.settings.idle_timeout, Duration::from_secs(300));
+        assert_eq!(r.settings.local.device.as_deref(), Some("rxe0"));
+
+        for bad in [
+            &["--max-sessions", "0"][..],
+            &["--max-pinned", "0"],
+            &["--idle-timeout", "0s"],
+            &["--listen", "nowhere"],
+        ] {
+            let mut args = vec!["responder", "--no-auth", "--node", "b"];
+            args.extend_from_slice(bad);
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+            assert!(e.to_string().contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn node_defaults_to_node_name_env_or_the_host_name() {
+        // Whatever the test environment's NODE_NAME, a name comes out (the black-box tests in
+        // tests/cli.rs set the variable explicitly; tests here must not mutate the process env).
+        let (_, action) = parse(&["probe", "h:1", "--no-auth"]).unwrap();
+        let Action::Probe(p) = action else {
+            panic!("expected probe")
+        };
+        assert!(!p.settings.node_name.is_empty());
+        let (_, action) = parse(&["probe", "h:1", "--no-auth", "--node", "x-1"]).unwrap();
+        let Action::Probe(p) = action else {
+            panic!("expected probe")
+        };
+        assert_eq!(p.settings.node_name, "x-1");
+    }
+
+    #[test]
+    fn log_flags() {
+        let (logging, _) =
+            parse(&["--log-format", "json", "--log-level", "debug", "devices"]).unwrap();
+        assert_eq!(logging.format, LogFormat::Json);
+        assert_eq!(logging.filter, "debug");
+        let (logging, _) =
+            parse(&["devices", "--log-level", "warn,rdma_probe_exporter=trace"]).unwrap();
+        assert_eq!(logging.filter, "warn,rdma_probe_exporter=trace");
+        let (logging, _) = parse(&["devices", "--log-level", ""]).unwrap();
+        assert_eq!(logging.filter, "info");
+        let e = parse(&["devices", "--log-level", "x=loud"]).unwrap_err();
+        assert!(e.to_string().contains("--log-level"), "{e}");
+        let e = parse(&["devices", "--log-format", "xml"]).unwrap_err();
+        assert!(e.to_string().contains("--log-format"), "{e}");
+    }
+
+    #[test]
+    fn targets() {
+        let ok = |s: &str| parse_target(s).unwrap();
+        assert_eq!(ok("10.0.0.2:18516"), "10.0.0.2:18516");
+        assert_eq!(ok("10.0.0.2"), "10.0.0.2:18516");
+        assert_eq!(ok("node-b.example:1234"), "node-b.example:1234");
+        assert_eq!(ok("node-b"), "node-b:18516");
+        assert_eq!(ok("[::1]:99"), "[::1]:99");
+        assert_eq!(ok("[fe80::1]"), "[fe80::1]:18516");
+        assert_eq!(ok("::1"), "[::1]:18516");
+        for bad in [
+            "",
+            "h:",
+            "h:0",
+            "h:70000",
+            ":80",
+            "a b:1",
+            "[zz]",
+            "h:x",
+            "10.0.0.2:0",
+        ] {
+            let e = parse_target(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{bad:?}: {e}");
+        }
+    }
+}

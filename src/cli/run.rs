@@ -1,0 +1,118 @@
+//! Carrying out a validated [`Action`]: logging set-up, and one function per subcommand.
+//!
+//! Results go to stdout through explicit writes (never `println!`, which panics on a closed
+//! pipe such as `probe --json | head -c0`); errors and logs go to stderr.
+
+use std::future::Future;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::EnvFilter;
+
+use super::args::{Action, LogFormat, Logging, ProbeAction, ResponderAction};
+use super::report::{self, ReportHeader};
+use crate::{prober, responder, verbs};
+
+/// Installs the global tracing subscriber: stderr, text (colored only on a terminal) or JSON
+/// lines, filtered by `--log-level` / `RUST_LOG`.
+pub fn init_tracing(logging: &Logging) -> anyhow::Result<()> {
+    let filter = EnvFilter::builder()
+        .parse(&logging.filter)
+        .with_context(|| format!("invalid log filter {:?}", logging.filter))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match logging.format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// Runs the action; `Ok(FAILURE)` when it ran and failed after reporting why itself (a probe
+/// failure), `Err` when it could not run (the caller prints the error and exits 1).
+pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
+    match action {
+        Action::Responder(action) => run_responder(action).await,
+        Action::Probe(action) => run_probe(action).await,
+        Action::Devices { json } => run_devices(json),
+    }
+}
+
+async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
+    let header = ReportHeader::from_action(&action);
+    tracing::debug!(
+        target = %header.target,
+        node = %action.settings.node_name,
+        plan = ?action.plan,
+        "probing"
+    );
+    let outcome = prober::probe_once(&action.settings).await;
+    let mut stdout = std::io::stdout().lock();
+    if action.json {
+        let json = serde_json::to_string(&outcome).context("serializing the probe outcome")?;
+        writeln!(stdout, "{json}").context("writing to stdout")?;
+    } else if let Some(table) = report::format_probe_report(&header, &outcome) {
+        stdout
+            .write_all(table.as_bytes())
+            .context("writing to stdout")?;
+    }
+    stdout.flush().context("writing to stdout")?;
+    if outcome.is_success() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "error: {}",
+            report::format_probe_error(&header.target, &outcome)
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
+    // Handlers first: a SIGTERM that arrives while the device is being opened must still end
+    // in a graceful shutdown, not in the default action (killed without cleanup).
+    let shutdown = shutdown_signal()?;
+    let listener = TcpListener::bind(action.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen)", action.listen))?;
+    responder::run(listener, action.settings, shutdown)
+        .await
+        .context("responder failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on the first SIGTERM (systemd, Kubernetes) or SIGINT (Ctrl-C).
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down");
+    })
+}
+
+fn run_devices(json: bool) -> anyhow::Result<ExitCode> {
+    // No RDMA stack or no device is an error (exit 1) with verbs' message, which says what is
+    // missing (kernel support, libibverbs, devices).
+    let devices = verbs::list_devices()?;
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        let text = serde_json::to_string_pretty(&devices).context("serializing the devices")?;
+        writeln!(stdout, "{text}").context("writing to stdout")?;
+    } else {
+        stdout
+            .write_all(report::format_devices(&devices).as_bytes())
+            .context("writing to stdout")?;
+    }
+    stdout.flush().context("writing to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}

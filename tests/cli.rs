@@ -1,0 +1,493 @@
+//! Black-box tests of the `rdma-probe-exporter` binary: help, usage errors, and behaviour on a
+//! host without RDMA. Network traffic goes only to 127.0.0.1.
+//!
+//! Which error a probe reports first on a host without RDMA: `no_device`. The prober opens the
+//! local device before it connects (prober.rs, `Session::establish`), so a node without RDMA
+//! says so without touching the network, and the operator is not sent chasing a peer. On a host
+//! with RDMA the same probe to a closed loopback port fails with `connect` (or `port_down` /
+//! `no_device` if the local port is unusable); the tests below accept those there.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdma-probe-exporter");
+
+/// Every run is bounded: a hang is a failure, not a stuck test suite.
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    /// No Rust panic reached the user, whatever the exit code.
+    fn assert_no_panic(&self) {
+        for text in [&self.stdout, &self.stderr] {
+            assert!(
+                !text.contains("panicked") && !text.contains("RUST_BACKTRACE"),
+                "panic in output:\n{}",
+                self.describe()
+            );
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("NODE_NAME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` at most `limit`, killing it if it overruns (and failing the test).
+fn wait_bounded(mut child: Child, limit: Duration) -> Run {
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{BIN} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    let run = wait_bounded(command(args).spawn().expect("start the binary"), LIMIT);
+    run.assert_no_panic();
+    run
+}
+
+/// Whether this host has an RDMA device (then device-dependent tests check the other branch).
+fn host_has_rdma() -> bool {
+    std::fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+/// A usage error: exit 2, a message on stderr containing every `needle`, nothing on stdout.
+fn assert_usage_error(args: &[&str], needles: &[&str]) {
+    let r = run(args);
+    assert_eq!(r.code(), 2, "{args:?}: {}", r.describe());
+    assert!(r.stdout.is_empty(), "{args:?}: {}", r.describe());
+    assert!(
+        r.stderr.starts_with("error: "),
+        "{args:?}: {}",
+        r.describe()
+    );
+    for needle in needles {
+        assert!(
+            r.stderr.contains(needle),
+            "{args:?}: missing {needle:?}: {}",
+            r.describe()
+        );
+    }
+}
+
+fn probe_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["probe", "127.0.0.1:1", "--node", "test"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn help_names_the_tool_and_its_subcommands() {
+    let r = run(&["--help"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    for needle in [
+        "RDMA WRITE bursts",
+        "ib_write_bw",
+        "responder",
+        "probe",
+        "devices",
+        "--log-format",
+        "--log-level",
+        "Exit status",
+    ] {
+        assert!(
+            r.stdout.contains(needle),
+            "missing {needle:?}: {}",
+            r.describe()
+        );
+    }
+}
+
+#[test]
+fn no_arguments_prints_help_and_fails() {
+    let r = run(&[]);
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    assert!(r.stderr.contains("Usage:"), "{}", r.describe());
+}
+
+#[test]
+fn version() {
+    let r = run(&["--version"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    assert!(
+        r.stdout.contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn subcommand_help_teaches_units_defaults_and_examples() {
+    let r = run(&["probe", "--help"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    for needle in [
+        "Examples:",
+        "--rate-limit",
+        "Gbps",
+        "MiB/s",
+        "msg/s",
+        "25%",
+        "[default: 65536]",
+        "[default: 128]",
+        "--messages",
+        "--duration",
+        "--psk-file",
+        "--no-auth",
+        "--json",
+    ] {
+        assert!(
+            r.stdout.contains(needle),
+            "missing {needle:?}: {}",
+            r.describe()
+        );
+    }
+    let r = run(&["responder", "--help"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    for needle in [
+        "Examples:",
+        "[default: 0.0.0.0:18516]",
+        "[default: 16]",
+        "[default: 1GiB]",
+        "[default: 60s]",
+        "SIGTERM",
+    ] {
+        assert!(
+            r.stdout.contains(needle),
+            "missing {needle:?}: {}",
+            r.describe()
+        );
+    }
+    let r = run(&["devices", "--help"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    assert!(r.stdout.contains("Examples:"), "{}", r.describe());
+}
+
+#[test]
+fn probe_refuses_bad_flags_with_clear_messages() {
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--size", "0"]),
+        &["--size", "greater than zero"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--rate-limit", "5furlongs"]),
+        &[
+            "--rate-limit",
+            "unknown unit \"furlongs\"",
+            "Gbps",
+            "MiB/s",
+            "msg/s",
+            "%",
+        ],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--rate-limit", "10Gb/s"]),
+        &["--rate-limit", "ambiguous"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--qps", "0"]),
+        &["--qps", "1..=64"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--tx-depth", "0"]),
+        &["--tx-depth"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--messages", "10", "--duration", "1s"]),
+        &["--messages", "--duration", "cannot be used with"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--cq-mod", "500"]),
+        &["do not combine", "--cq-mod"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--mtu", "1500"]),
+        &["not an RDMA MTU"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--timeout", "0s"]),
+        &["--timeout"],
+    );
+    assert_usage_error(&["probe", "--no-auth"], &["<HOST:PORT>"]);
+    assert_usage_error(&["probe", "host:99999", "--no-auth"], &["invalid port"]);
+}
+
+#[test]
+fn auth_choice_is_required() {
+    assert_usage_error(
+        &probe_args(&[]),
+        &["authentication is required", "--psk-file", "--no-auth"],
+    );
+    assert_usage_error(
+        &["responder", "--node", "test"],
+        &["authentication is required", "--psk-file", "--no-auth"],
+    );
+    assert_usage_error(
+        &probe_args(&["--no-auth", "--psk-file", "/nonexistent"]),
+        &["cannot be used with"],
+    );
+}
+
+fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("rdma-probe-cli-test-{}-{name}", std::process::id()));
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn psk_file_problems_are_reported_without_the_key() {
+    assert_usage_error(
+        &probe_args(&["--psk-file", "/nonexistent/psk"]),
+        &[
+            "--psk-file",
+            "cannot read pre-shared key file /nonexistent/psk",
+        ],
+    );
+    let short = temp_file("short", b"tiny-secret\n");
+    let r = run(&probe_args(&["--psk-file", short.to_str().unwrap()]));
+    std::fs::remove_file(&short).ok();
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    assert!(r.stderr.contains("at least 16"), "{}", r.describe());
+    assert!(
+        !r.stderr.contains("tiny-secret"),
+        "key leaked: {}",
+        r.describe()
+    );
+}
+
+#[test]
+fn devices_without_rdma_says_so() {
+    let r = run(&["devices"]);
+    if host_has_rdma() {
+        assert_eq!(r.code(), 0, "{}", r.describe());
+        assert!(r.stdout.contains("port "), "{}", r.describe());
+        return;
+    }
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert!(
+        r.stderr.starts_with("error: ") && r.stderr.contains("no RDMA device"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn devices_json() {
+    let r = run(&["devices", "--json", "--log-format", "json"]);
+    if host_has_rdma() {
+        assert_eq!(r.code(), 0, "{}", r.describe());
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("devices --json");
+        assert!(v.is_array(), "{}", r.describe());
+        return;
+    }
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert!(r.stderr.contains("no RDMA device"), "{}", r.describe());
+}
+
+#[test]
+fn failed_probe_prints_one_json_object_and_exits_1() {
+    // Port 1 on loopback: nothing listens there.
+    let r = run(&probe_args(&["--no-auth", "--json", "--timeout", "5s"]));
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.describe());
+    let v: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).expect("stdout is one JSON object");
+    assert!(v.is_object(), "{}", r.describe());
+    let reason = v["error"].as_str().expect("error is set");
+    if host_has_rdma() {
+        assert!(
+            ["connect", "no_device", "port_down"].contains(&reason),
+            "{}",
+            r.describe()
+        );
+    } else {
+        assert_eq!(reason, "no_device", "{}", r.describe());
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no RDMA device"),
+            "{}",
+            r.describe()
+        );
+    }
+    assert_eq!(v["validated"], false, "{}", r.describe());
+    assert_eq!(v["message_size"], 65536, "{}", r.describe());
+    // The same error, with its reason, on stderr.
+    assert!(
+        r.stderr
+            .contains(&format!("error: probe of 127.0.0.1:1 failed ({reason})")),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn failed_probe_in_table_mode_prints_the_error_only() {
+    let r = run(&probe_args(&["--no-auth", "--timeout", "5s"]));
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert!(
+        r.stderr.contains("error: probe of 127.0.0.1:1 failed ("),
+        "{}",
+        r.describe()
+    );
+}
+
+/// A responder either fails to start with a clear error (no usable RDMA port here) or runs
+/// until SIGTERM and then exits 0.
+#[test]
+fn responder_fails_clearly_or_stops_gracefully_on_sigterm() {
+    let child = command(&[
+        "responder",
+        "--no-auth",
+        "--node",
+        "test",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .spawn()
+    .expect("start the binary");
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = child;
+    if child.try_wait().unwrap().is_none() {
+        let kill = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(kill.success());
+        let r = wait_bounded(child, Duration::from_secs(15));
+        r.assert_no_panic();
+        assert_eq!(r.code(), 0, "{}", r.describe());
+        assert!(r.stderr.contains("shutting down"), "{}", r.describe());
+        return;
+    }
+    let r = wait_bounded(child, LIMIT);
+    r.assert_no_panic();
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr.contains("error: responder failed: "),
+        "{}",
+        r.describe()
+    );
+    if !host_has_rdma() {
+        assert!(r.stderr.contains("no RDMA device"), "{}", r.describe());
+    }
+}
+
+#[test]
+fn responder_refuses_bad_limits() {
+    let base = ["responder", "--no-auth", "--node", "test"];
+    for (extra, needle) in [
+        (&["--max-sessions", "0"][..], "--max-sessions"),
+        (&["--max-pinned", "0"], "--max-pinned"),
+        (&["--max-pinned", "lots"], "--max-pinned"),
+        (&["--idle-timeout", "0s"], "--idle-timeout"),
+        (&["--listen", "not-an-address"], "--listen"),
+        (&["--port", "0"], "--port"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_usage_error(&args, &[needle]);
+    }
+}
+
+#[test]
+fn bad_log_flags_are_usage_errors() {
+    assert_usage_error(&["--log-format", "xml", "devices"], &["--log-format"]);
+    assert_usage_error(&["--log-level", "x=loud", "devices"], &["--log-level"]);
+    // RUST_LOG feeds the same flag.
+    let r = wait_bounded(
+        command(&["devices"])
+            .env("RUST_LOG", "x=loud")
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    r.assert_no_panic();
+    assert_eq!(r.code(), 2, "{}", r.describe());
+}
+
+#[test]
+fn node_name_comes_from_the_flag_then_node_name_then_the_host_name() {
+    let probe = ["probe", "127.0.0.1:1", "--no-auth", "--log-level", "debug"];
+    let with_env = |value: &str, extra: &[&str]| {
+        let mut args = probe.to_vec();
+        args.extend_from_slice(extra);
+        let r = wait_bounded(
+            command(&args).env("NODE_NAME", value).spawn().unwrap(),
+            LIMIT,
+        );
+        r.assert_no_panic();
+        r
+    };
+    let r = with_env("node-from-env", &[]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stderr.contains("node-from-env"), "{}", r.describe());
+    let r = with_env("node-from-env", &["--node", "node-from-flag"]);
+    assert!(r.stderr.contains("node-from-flag"), "{}", r.describe());
+    assert!(!r.stderr.contains("node-from-env"), "{}", r.describe());
+    // Empty means unset (a manifest without the field): the host name, no error.
+    let r = with_env("", &[]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stderr.contains("probing"), "{}", r.describe());
+    let r = with_env("two words", &[]);
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    assert!(r.stderr.contains("NODE_NAME"), "{}", r.describe());
+}

@@ -282,8 +282,9 @@ impl NodeArgs {
 /// `responder` flags.
 #[derive(Debug, Args)]
 pub struct ResponderArgs {
-    /// TCP address (IP:PORT) for the control channel, e.g. 10.0.0.1:18516 or [::]:18516.
-    #[arg(long, value_name = "ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_CONTROL_PORT)))]
+    /// TCP address (IP:PORT) for the control channel.
+    // The help text is an attribute, not the doc comment: rustdoc would read `[::]` as a link.
+    #[arg(long, value_name = "ADDR", help = "TCP address (IP:PORT) for the control channel, e.g. 10.0.0.1:18516 or [::]:18516", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_CONTROL_PORT)))]
     pub listen: SocketAddr,
 
     /// Deadline for each control exchange with a prober (e.g. 10s).
@@ -365,8 +366,13 @@ impl LengthArgs {
 /// `probe` flags.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// The responder's control address: HOST:PORT, [IPv6]:PORT, or HOST (port 18516).
-    #[arg(value_name = "HOST:PORT", value_parser = parse_target)]
+    /// The responder's control address.
+    // The help text is an attribute, not the doc comment: rustdoc would read `[IPv6]` as a link.
+    #[arg(
+        value_name = "HOST:PORT",
+        value_parser = parse_target,
+        help = "The responder's control address: HOST:PORT, [IPv6]:PORT, or HOST (port 18516)"
+    )]
     pub target: String,
 
     /// Print exactly one JSON object (the probe outcome) on stdout instead of the table.

@@ -177,7 +177,7 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
     );
     let target = outcome
         .target_bandwidth_bytes_per_second
-        .map(|t| format!("{:.2} Gb/sec", gbits_per_second(t)));
+        .map(|t| format!("{:.*} Gb/sec", bandwidth_decimals(t), gbits_per_second(t)));
     pair(
         &mut out,
         (
@@ -486,6 +486,9 @@ mod tests {
         assert!(text.contains(" 0.008000 "), "{text}");
         assert!(text.contains("0.953674"), "{text}"); // MiB/s with 6 decimals
         assert!(text.contains("Rate limit      : 8Mbps"), "{text}");
+        o.target_bandwidth_bytes_per_second = Some(1e6);
+        let text = format_probe_report(&h, &o).unwrap();
+        assert!(text.contains("Target BW       : 0.008000 Gb/sec"), "{text}");
         assert!(
             text.contains("Lowest per-QP BW       : 0.003600 Gb/sec"),
             "{text}"

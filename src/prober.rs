@@ -92,6 +92,17 @@ impl ProbeOutcome {
         self.error.is_none() && self.deferred.is_none()
     }
 
+    /// The outcome of a probe whose session could not be set up.
+    pub fn failed(settings: &ProbeSettings, error: &ProbeError) -> ProbeOutcome {
+        let mut outcome = ProbeOutcome {
+            message_size: settings.message_size,
+            qps: settings.qps,
+            ..ProbeOutcome::default()
+        };
+        outcome.record_error(error);
+        outcome
+    }
+
     fn record_error(&mut self, error: &ProbeError) {
         match error {
             ProbeError::Busy { .. } => self.deferred = Some("busy".into()),
@@ -162,17 +173,9 @@ impl From<ResolveError> for ProbeError {
 
 /// Runs one burst on a fresh session and closes it: what `probe` does.
 pub async fn probe_once(settings: &ProbeSettings) -> ProbeOutcome {
-    let mut outcome = ProbeOutcome {
-        message_size: settings.message_size,
-        qps: settings.qps,
-        ..ProbeOutcome::default()
-    };
     let mut session = match Session::establish(settings).await {
         Ok(s) => s,
-        Err(e) => {
-            outcome.record_error(&e);
-            return outcome;
-        }
+        Err(e) => return ProbeOutcome::failed(settings, &e),
     };
     let outcome = session.burst().await;
     session.close().await;

@@ -9,10 +9,10 @@
 //! - **Starts empty.** The bucket is empty at `t = 0` (the burst start the engine passes times
 //!   relative to) and fills at `messages_per_second`, so message *k* (1-based) is never sent
 //!   before `k / rate`. There is no initial burst.
-//! - **Burst allowance as time.** The sender may fall up to `allowance` (default 1 ms) behind
-//!   schedule and still catch up; the bucket therefore holds at most `1 + allowance · rate`
-//!   messages (at least one message, whatever the rate). Small wake-up delays (timer slack, a
-//!   full send window) thus cost no rate.
+//! - **Burst allowance as time.** The sender may fall up to `allowance` (default 1 ms, and at
+//!   least one message interval) behind schedule and still catch up; the bucket therefore holds
+//!   at most `1 + allowance · rate` messages (two at low rates). Small wake-up delays (timer
+//!   slack, a full send window) thus cost no rate.
 //! - **No catch-up after a stall.** Credit older than the allowance is dropped: a sender blocked
 //!   for 1 s then sends at most [`Pacer::capacity`] messages back to back, not 1 s worth.
 //!
@@ -82,9 +82,15 @@ impl Pacer {
         } else {
             u64::MAX as f64
         };
+        // The allowance is at least one message interval ("at least one message", brief §4):
+        // at low rates 1 ms is far less than a gap, and a sender woken a little late — timer
+        // slack, or on Soft-RoCE the emulated NIC's own work holding the CPU — would otherwise
+        // lose that lateness from the rate on every message. Catch-up stays bounded: at most
+        // one extra message goes back to back after a stall.
+        let allowance_ns = nanos(allowance).max(period_ns.min(u64::MAX as f64).ceil() as u64);
         Self {
             period_ns,
-            allowance_ns: nanos(allowance),
+            allowance_ns,
             anchor_ns: 0,
             consumed: 0,
         }
@@ -317,8 +323,29 @@ mod tests {
     fn capacity_is_allowance_plus_one_message() {
         assert_eq!(pacer(1000.0, DEFAULT_BURST_ALLOWANCE).capacity(), 2);
         assert_eq!(pacer(1e6, DEFAULT_BURST_ALLOWANCE).capacity(), 1001);
-        assert_eq!(pacer(1.0, DEFAULT_BURST_ALLOWANCE).capacity(), 1);
-        assert_eq!(pacer(1e6, Duration::ZERO).capacity(), 1);
+        // The allowance is at least one message interval, so catch-up is at most one extra
+        // message at low rates, and a late wake-up of up to one interval costs no rate.
+        assert_eq!(pacer(1.0, DEFAULT_BURST_ALLOWANCE).capacity(), 2);
+        assert_eq!(pacer(1e6, Duration::ZERO).capacity(), 2);
+    }
+
+    #[test]
+    fn late_wakeups_within_one_interval_cost_no_rate_at_low_rates() {
+        // 95 msg/s (50 Mbps of 64 KiB messages); every wake-up 4 ms late, far beyond 1 ms.
+        let mut p = pacer(95.0, DEFAULT_BURST_ALLOWANCE);
+        let mut sent = 0u64;
+        let mut t = Duration::ZERO;
+        while sent < 400 {
+            match p.poll(t) {
+                PaceDecision::Send(n) => {
+                    p.consume(n);
+                    sent += n;
+                }
+                PaceDecision::WaitUntil(due) => t = due + Duration::from_millis(4),
+            }
+        }
+        let achieved = sent as f64 / t.as_secs_f64();
+        assert!((achieved / 95.0 - 1.0).abs() < 0.005, "{achieved}");
     }
 
     #[test]

@@ -375,9 +375,14 @@ pub struct ProbeArgs {
     )]
     pub target: String,
 
-    /// Print exactly one JSON object (the probe outcome) on stdout instead of the table.
+    /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// Run this many bursts, one after another, on one warm session (the exporter's way:
+    /// setup is paid once; `burst_start_seconds` shows what a warm burst costs to start).
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub bursts: u32,
 
     /// Deadline for each control exchange, and how long the burst may overrun its plan
     /// (e.g. 10s, 1m).
@@ -533,6 +538,8 @@ pub struct ProbeAction {
     /// rate): proof that the flags combine, and the effective CQ moderation for the report.
     pub plan: BurstPlan,
     pub json: bool,
+    /// Bursts to run on one session.
+    pub bursts: u32,
 }
 
 impl Cli {
@@ -626,6 +633,7 @@ impl ProbeArgs {
             },
             plan,
             json: self.json,
+            bursts: self.bursts,
         })
     }
 }

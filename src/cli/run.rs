@@ -52,26 +52,49 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
         plan = ?action.plan,
         "probing"
     );
-    let outcome = prober::probe_once(&action.settings).await;
-    let mut stdout = std::io::stdout().lock();
-    if action.json {
-        let json = serde_json::to_string(&outcome).context("serializing the probe outcome")?;
-        writeln!(stdout, "{json}").context("writing to stdout")?;
-    } else if let Some(table) = report::format_probe_report(&header, &outcome) {
-        stdout
-            .write_all(table.as_bytes())
-            .context("writing to stdout")?;
-    }
-    stdout.flush().context("writing to stdout")?;
-    if outcome.is_success() {
-        Ok(ExitCode::SUCCESS)
+    let mut failed = false;
+    let mut print = |outcome: &prober::ProbeOutcome| -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        if action.json {
+            let json = serde_json::to_string(outcome).context("serializing the probe outcome")?;
+            writeln!(stdout, "{json}").context("writing to stdout")?;
+        } else if let Some(table) = report::format_probe_report(&header, outcome) {
+            stdout
+                .write_all(table.as_bytes())
+                .context("writing to stdout")?;
+        }
+        stdout.flush().context("writing to stdout")?;
+        if !outcome.is_success() {
+            failed = true;
+            eprintln!(
+                "error: {}",
+                report::format_probe_error(&header.target, outcome)
+            );
+        }
+        Ok(())
+    };
+    if action.bursts == 1 {
+        print(&prober::probe_once(&action.settings).await)?;
     } else {
-        eprintln!(
-            "error: {}",
-            report::format_probe_error(&header.target, &outcome)
-        );
-        Ok(ExitCode::FAILURE)
+        match prober::Session::establish(&action.settings).await {
+            Ok(mut session) => {
+                for _ in 0..action.bursts {
+                    let outcome = session.burst().await;
+                    print(&outcome)?;
+                    if !session.is_usable() {
+                        break;
+                    }
+                }
+                session.close().await;
+            }
+            Err(e) => print(&prober::ProbeOutcome::failed(&action.settings, &e))?,
+        }
     }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {

@@ -80,6 +80,8 @@ pub struct ProbeOutcome {
     pub remote_counters: Vec<(String, u64)>,
     /// Time from asking for a burst on a warm session to its first WRITE.
     pub burst_start_seconds: Option<f64>,
+    /// Wall time the burst thread spent inside `ibv_post_send` (see `BurstTiming::posting`).
+    pub post_seconds: Option<f64>,
     /// Set when the burst did not run and that is not a failure (`busy`: the responder was
     /// serving another prober).
     pub deferred: Option<String>,
@@ -406,6 +408,7 @@ impl Session {
         outcome.burst_start_seconds = timing
             .first_post_at
             .map(|t| t.saturating_duration_since(requested).as_secs_f64());
+        outcome.post_seconds = Some(timing.posting.as_secs_f64());
         outcome.report = Some(report);
         self.set = Some(set);
         let end = Message::BurstEnd {

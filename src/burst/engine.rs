@@ -72,6 +72,11 @@ pub struct BurstTargets<'a> {
 pub struct BurstTiming {
     /// When the first WRITE was posted (the warm-session start cost is this minus the request).
     pub first_post_at: Option<Instant>,
+    /// Wall time spent inside `ibv_post_send`. Microseconds on a hardware NIC; on Soft-RoCE the
+    /// kernel runs the emulated NIC's send processing in the posting thread ("utilize process
+    /// context to do protocol processing", rxe_post_send), so this shows how much of the burst
+    /// thread's CPU time is the emulated NIC's rather than the engine's.
+    pub posting: Duration,
 }
 
 /// Runs one burst. `imm` is the immediate value of each QP's final WRITE; `timeout` is how much
@@ -118,6 +123,7 @@ pub fn run_burst(
     let mut next_qp = 0usize;
     let mut stopping = false;
     let mut first_post_at = None;
+    let mut posting = Duration::ZERO;
     let cpu_start = thread_cpu_time();
 
     let start = Instant::now();
@@ -197,7 +203,9 @@ pub fn run_burst(
                     stats.on_first_post(start.elapsed());
                 }
             }
+            let before_post = Instant::now();
             targets.qps[q].post_writes(targets.local, &chain)?;
+            posting += before_post.elapsed();
             if !stopping {
                 allowance -= n.min(allowance);
                 if let Some(p) = pacer.as_mut() {
@@ -267,7 +275,13 @@ pub fn run_burst(
     if let (Some(a), Some(b)) = (cpu_start, thread_cpu_time()) {
         stats.set_cpu_seconds((b - a).max(0.0));
     }
-    Ok((stats.finish(), BurstTiming { first_post_at }))
+    Ok((
+        stats.finish(),
+        BurstTiming {
+            first_post_at,
+            posting,
+        },
+    ))
 }
 
 /// Retires polled completions from their QP's window and feeds the statistics. A failed

@@ -4,4 +4,5 @@
 mod support;
 
 mod baseline;
+mod bench;
 mod probe;

@@ -1,0 +1,30 @@
+# The demo: every node runs the responder; each node probes the next one (node1->node2,
+# node2->node3, node3->node1) with stock ib_write_bw and with our probe, one pair at a time.
+bin=rdma-probe-exporter
+N=${DEMO_MESSAGES:-300}
+echo "lab-demo-psk-0123456789abcdef" >/tmp/psk
+$bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+lab_wait_listening 18516 || { cat responder.log; exit 1; }
+lab_barrier responders-up
+pair() { # pair ROUND CLIENT SERVER
+  local round=$1 client=$2 server=$3
+  if [ "$LAB_NODE" = "$server" ]; then
+    ib_write_bw -d rxe0 -x 1 -n "$N" -F --report_gbits >"perftest-$round-server.txt" 2>&1 &
+    local pid=$!
+    lab_wait_listening 18515 || return 1
+    lab_signal "server-$round"
+    wait $pid
+  elif [ "$LAB_NODE" = "$client" ]; then
+    lab_wait_signal "$server" "server-$round" || return 1
+    ib_write_bw -d rxe0 -x 1 -n "$N" -F --report_gbits "$(lab_addr "$server")" >"perftest-$round-client.txt" 2>&1
+    $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \
+      >"probe-$round.txt" 2>&1
+    $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \
+      --json >"probe-$round.json" 2>/dev/null
+  fi
+  lab_barrier "round-$round"
+}
+pair 1 node1 node2 && pair 2 node2 node3 && pair 3 node3 node1
+status=$?
+kill -TERM %1 2>/dev/null
+exit $status

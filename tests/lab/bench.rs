@@ -1,0 +1,29 @@
+//! The lab benchmark (lab/scenarios/bench.sh): prints figures measured side by side in one run —
+//! our probe vs stock ib_write_bw on the same link, achieved vs limit, warm-session start, CPU
+//! at the same software rate limit. It asserts only that every figure was produced: speed
+//! goals live in the printed ratios, not in timed assertions (the lab is noisy).
+
+use crate::support;
+
+#[test]
+fn benchmark_prints_side_by_side_figures() {
+    let bin = std::path::Path::new("target/release/rdma-probe-exporter");
+    let run = support::run("bench", 2, "bench.sh", &[bin], 900);
+    run.assert_success();
+    let results = run.results("node1");
+    eprintln!("---- benchmark ----\n{}", run.log("node1"));
+    for key in [
+        "bw_round_1",
+        "pacing_10",
+        "pacing_40",
+        "warm",
+        "cpu_25",
+        "cpu_50",
+    ] {
+        let value = results
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key}: {results:?}"));
+        assert!(!value.is_empty() && !value.contains("=0 "), "{key}={value}");
+    }
+    assert_eq!(results["warm"].split_whitespace().count(), 5, "{results:?}");
+}

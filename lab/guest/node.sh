@@ -11,6 +11,7 @@ mac=$(printf '52:54:00:4c:41:%02x' "$idx")
 nic=$(for d in /sys/class/net/*; do [ "$(cat "$d/address" 2>/dev/null)" = "$mac" ] && basename "$d"; done | head -n1)
 fail() { echo "lab-node $node: $*" | tee "$dir/setup-error"; echo 125 >"$dir/status"; exit 0; }
 [ -n "$nic" ] || fail "no lab NIC with MAC $mac"
+hostname "$node" 2>/dev/null || true
 ip link set lo up
 ip link set "$nic" up || fail "cannot bring $nic up"
 ip addr add "$(eval echo \$LAB_ADDR_$node)/24" dev "$nic" || fail "cannot address $nic"

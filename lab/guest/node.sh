@@ -27,4 +27,10 @@ ulimit -l unlimited
 touch "$dir/ready"
 cd "$dir"
 bash -c 'source /mnt/guest/lib.sh && source /mnt/scenario.sh' >"$dir/log" 2>&1
-echo $? >"$dir/status"
+status=$?
+# The port's counters after the scenario (retransmissions, sequence errors, ...): evidence for
+# whoever reads a failed run.
+for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+  echo "$(basename "$f")=$(cat "$f" 2>/dev/null)"
+done >"$dir/hw_counters" 2>/dev/null
+echo $status >"$dir/status"

@@ -56,7 +56,33 @@ impl LabRun {
 
     /// Panics with every node's log unless the run succeeded.
     pub fn assert_success(&self) {
-        assert_eq!(self.status, 0, "lab run failed:\n{}", self.output);
+        assert_eq!(
+            self.status,
+            0,
+            "lab run failed:\n{}\n{}",
+            self.output,
+            self.counters()
+        );
+    }
+
+    /// The non-zero rxe port counters of every node after its scenario (retransmissions,
+    /// sequence errors, ...), for failure messages.
+    pub fn counters(&self) -> String {
+        let mut text = String::new();
+        let Ok(nodes) = std::fs::read_dir(self.dir.join("nodes")) else {
+            return text;
+        };
+        for node in nodes.flatten() {
+            let path = node.path().join("hw_counters");
+            let counters = std::fs::read_to_string(path).unwrap_or_default();
+            let nonzero: Vec<&str> = counters.lines().filter(|l| !l.ends_with("=0")).collect();
+            text += &format!(
+                "{} rxe0 counters: {}\n",
+                node.file_name().to_string_lossy(),
+                nonzero.join(" ")
+            );
+        }
+        text
     }
 }
 

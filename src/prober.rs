@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::burst::engine::{run_burst, BurstTargets, EngineError};
+use crate::burst::engine::{run_burst, BurstTargets, BurstTiming, EngineError};
 use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
 use crate::config::{RateLimit, ResolveError};
 use crate::control::{
@@ -200,6 +200,9 @@ pub struct Session {
     peer_rate: Option<u64>,
     setup: Duration,
     next_burst_id: u64,
+    /// Seed of the pattern already in the local slots for the next burst.
+    seed: u64,
+    worker: BurstWorker,
 }
 
 impl Session {
@@ -264,6 +267,8 @@ impl Session {
                 rkey: r.rkey,
             })
             .collect();
+        let seed = prepare_pattern(&mut set);
+        let worker = BurstWorker::start()?;
         let setup = started.elapsed();
         tracing::debug!(target = %settings.target, peer_device = %accept.device, mtu = mtu.bytes(),
             setup_ms = setup.as_secs_f64() * 1e3, "session established");
@@ -279,6 +284,8 @@ impl Session {
             peer_rate: accept.link_rate_bits_per_second,
             setup,
             next_burst_id: 1,
+            seed,
+            worker,
         })
     }
 
@@ -335,7 +342,7 @@ impl Session {
         let plan = builder.build()?;
         outcome.target_bandwidth_bytes_per_second = rate.map(|r| r.bytes_per_second()).or(link);
 
-        let mut set = self.set.take().ok_or_else(|| {
+        let set = self.set.take().ok_or_else(|| {
             ProbeError::new(
                 ErrorReason::QpSetup,
                 "session is broken by an earlier failure",
@@ -343,10 +350,8 @@ impl Session {
         })?;
         let burst_id = self.next_burst_id;
         self.next_burst_id += 1;
-        let seed = random_seed();
-        for q in 0..usize::from(self.settings.qps) {
-            pattern::fill(seed, q as u32, set.slot_mut(q));
-        }
+        // Filled after the previous burst (off the path from request to first WRITE).
+        let seed = self.seed;
         match self
             .conn
             .request(&Message::BurstStart { burst_id, seed }, timeout)
@@ -361,30 +366,17 @@ impl Session {
             Err(e) => return Err(e.into()),
         }
 
-        // The burst runs on its own OS thread, which owns the QP set meanwhile.
-        let remote = self.remote.clone();
-        let imm = burst_id as u32;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("rdma-burst".into())
-            .spawn(move || {
-                let result = run_burst(
-                    BurstTargets {
-                        qps: &mut set.qps,
-                        cq: &set.cq,
-                        local: &set.mr,
-                        remote: &remote,
-                    },
-                    &plan,
-                    imm,
-                    timeout,
-                );
-                let _ = tx.send((set, result));
+        // The burst runs on the session's own OS thread, which owns the QP set meanwhile.
+        let (set, result) = self
+            .worker
+            .run(BurstJob {
+                set,
+                remote: self.remote.clone(),
+                plan,
+                imm: burst_id as u32,
+                timeout,
             })
-            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
-        let (set, result) = rx.await.map_err(|_| {
-            ProbeError::new(ErrorReason::WcOther, "burst thread ended without a result")
-        })?;
+            .await?;
         let (report, timing) = match result {
             Ok(r) => r,
             Err(e) => {
@@ -410,6 +402,8 @@ impl Session {
             .map(|t| t.saturating_duration_since(requested).as_secs_f64());
         outcome.post_seconds = Some(timing.posting.as_secs_f64());
         outcome.report = Some(report);
+        let mut set = set;
+        self.seed = prepare_pattern(&mut set);
         self.set = Some(set);
         let end = Message::BurstEnd {
             burst_id,
@@ -440,6 +434,67 @@ impl Session {
             .send(&Message::Close, Duration::from_millis(500))
             .await;
     }
+}
+
+/// A burst handed to the session's burst thread, with the QP set it runs on.
+struct BurstJob {
+    set: QpSet,
+    remote: Vec<RemoteAddr>,
+    plan: BurstPlan,
+    imm: u32,
+    timeout: Duration,
+}
+
+type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), EngineError>);
+
+/// The session's dedicated OS thread for bursts (a burst blocks: never on an async worker).
+/// Started once per session so a warm burst does not pay for a thread start; it ends when the
+/// session is dropped.
+struct BurstWorker {
+    jobs: std::sync::mpsc::Sender<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>,
+}
+
+impl BurstWorker {
+    fn start() -> Result<BurstWorker, ProbeError> {
+        let (jobs, queue) =
+            std::sync::mpsc::channel::<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>();
+        std::thread::Builder::new()
+            .name("rdma-burst".into())
+            .spawn(move || {
+                for (mut job, reply) in queue {
+                    let result = run_burst(
+                        BurstTargets {
+                            qps: &mut job.set.qps,
+                            cq: &job.set.cq,
+                            local: &job.set.mr,
+                            remote: &job.remote,
+                        },
+                        &job.plan,
+                        job.imm,
+                        job.timeout,
+                    );
+                    let _ = reply.send((job.set, result));
+                }
+            })
+            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
+        Ok(BurstWorker { jobs })
+    }
+
+    async fn run(&self, job: BurstJob) -> Result<BurstDone, ProbeError> {
+        let (reply, done) = tokio::sync::oneshot::channel();
+        let lost = || ProbeError::new(ErrorReason::WcOther, "burst thread ended without a result");
+        self.jobs.send((job, reply)).map_err(|_| lost())?;
+        done.await.map_err(|_| lost())
+    }
+}
+
+/// Writes a fresh seeded pattern into every local slot and returns its seed.
+fn prepare_pattern(set: &mut QpSet) -> u64 {
+    let seed = random_seed();
+    for q in 0..set.qps.len() {
+        pattern::fill(seed, q as u32, set.slot_mut(q));
+    }
+    seed
 }
 
 fn random_seed() -> u64 {

@@ -132,25 +132,15 @@ struct SessionFailure {
     message: String,
 }
 
-impl<E: Into<ProbeFailureSource>> From<E> for SessionFailure {
-    fn from(e: E) -> Self {
-        let ProbeFailureSource(reason, message) = e.into();
-        SessionFailure { reason, message }
-    }
-}
-
-/// Conversion helper so `?` works for every error a session can hit.
-struct ProbeFailureSource(ErrorReason, String);
-
-impl From<ControlError> for ProbeFailureSource {
+impl From<ControlError> for SessionFailure {
     fn from(e: ControlError) -> Self {
-        ProbeFailureSource(e.reason(), e.to_string())
+        failure(e.reason(), e.to_string())
     }
 }
 
-impl From<VerbsError> for ProbeFailureSource {
+impl From<VerbsError> for SessionFailure {
     fn from(e: VerbsError) -> Self {
-        ProbeFailureSource(e.reason(), e.to_string())
+        failure(e.reason(), e.to_string())
     }
 }
 

@@ -278,8 +278,15 @@ impl WaitPolicy {
                             }
                         }
                     }
-                    // Unknown or overdue: poll a little first, then arm and block.
-                    None if waited < self.poll_before_arm => WaitAction::Spin,
+                    // Unknown or overdue: poll a little first, then arm and block. Polling
+                    // first pays off only when messages follow each other closely (one
+                    // interrupt per message would cost more); with the next send a long pacing
+                    // gap away, one event per message is the cheap way to wait.
+                    None if waited < self.poll_before_arm
+                        && next_send_in.is_none_or(|s| s <= self.block_threshold) =>
+                    {
+                        WaitAction::Spin
+                    }
                     None => WaitAction::Block {
                         timeout: next_send_in.map(|s| s.saturating_sub(self.sleep_margin)),
                     },
@@ -327,6 +334,28 @@ mod tests {
         // message at low rates, and a late wake-up of up to one interval costs no rate.
         assert_eq!(pacer(1.0, DEFAULT_BURST_ALLOWANCE).capacity(), 2);
         assert_eq!(pacer(1e6, Duration::ZERO).capacity(), 2);
+    }
+
+    #[test]
+    fn long_pacing_gap_blocks_at_once_instead_of_polling_first() {
+        let policy = WaitPolicy::default();
+        let outstanding = Completions::Outstanding {
+            expected_in: None,
+            waited: Duration::ZERO,
+        };
+        // Next send 20 ms away: arm and block now, waking for the completion or the send.
+        assert_eq!(
+            policy.decide(Some(Duration::from_millis(20)), outstanding),
+            WaitAction::Block {
+                timeout: Some(Duration::from_millis(20) - SLEEP_MARGIN)
+            }
+        );
+        // Window full (no send possible) or the next send soon: poll first, as before.
+        assert_eq!(policy.decide(None, outstanding), WaitAction::Spin);
+        assert_eq!(
+            policy.decide(Some(Duration::from_millis(1)), outstanding),
+            WaitAction::Spin
+        );
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct ProbeSettings {
     pub mtu: Option<u32>,
     pub traffic_class: u8,
     pub service_level: u8,
+    /// Local ACK timeout exponent (4.096 µs x 2^N; perftest's default 14 = 67 ms).
+    pub qp_timeout: u8,
     pub auth: AuthMode,
     /// Deadline for every control exchange, and how long a burst may overrun its plan.
     pub timeout: Duration,
@@ -217,6 +219,7 @@ impl Session {
             gid_index: settings.local.gid_index,
             traffic_class: settings.traffic_class,
             service_level: settings.service_level,
+            qp_timeout: settings.qp_timeout,
         };
         let shape = QpSetShape {
             qps: settings.qps,

@@ -341,6 +341,7 @@ fn open_session(
         gid_index: settings.local.gid_index,
         traffic_class: 0,
         service_level: 0,
+        qp_timeout: 14, // unused: the responder never sends
     };
     let shape = QpSetShape {
         qps,

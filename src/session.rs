@@ -29,13 +29,15 @@ pub struct QpSetShape {
 }
 
 /// Path options the operator controls (brief §3).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct PathOptions {
     /// Upper bound on the path MTU in bytes.
     pub mtu: Option<u32>,
     pub gid_index: Option<u32>,
     pub traffic_class: u8,
     pub service_level: u8,
+    /// Local ACK timeout exponent for senders (4.096 µs x 2^N).
+    pub qp_timeout: u8,
 }
 
 /// One side's resources for a session.
@@ -182,7 +184,9 @@ impl QpSet {
                 &params,
             )?;
             if send {
-                qp.to_rts(&RtsParams::new(psn))?;
+                let mut rts = RtsParams::new(psn);
+                rts.timeout = path.qp_timeout;
+                qp.to_rts(&rts)?;
             }
         }
         Ok(())

@@ -16,7 +16,10 @@ case $LAB_NODE in
   node1)
     lab_wait_signal node2 responder-up || exit 1
     peer=$(lab_addr node2):18516
-    probe() { $bin probe "$peer" --device rxe0 --psk-file /tmp/psk --json "$@"; }
+    # QP timeout 17 (~0.5 s) instead of 14 (67 ms): under full emulation an ACK can take longer
+    # than 67 ms, and the spurious retransmits that follow (rxe counters: completer_retry_err,
+    # duplicate_request) cost the loaded VM the CPU the paced sender needs to stay on time.
+    probe() { $bin probe "$peer" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 "$@"; }
     probe --messages 200 >success.json; echo "success exit=$?" >>exits
     probe --messages 400 --rate-limit 50Mbps >paced.json; echo "paced exit=$?" >>exits
     $bin probe "$(lab_addr node2):1" --device rxe0 --psk-file /tmp/psk --json --messages 10 >refused.json

@@ -489,6 +489,17 @@ pub struct ProbeArgs {
     )]
     pub service_level: u8,
 
+    /// Local ACK timeout exponent, 0 to 31 (ib_write_bw's -u): 4.096 µs x 2^N before a WRITE is
+    /// retransmitted (14 = 67 ms). Raise it on links with long ACK delays (e.g. emulated NICs).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 14,
+        value_parser = clap::value_parser!(u8).range(0..=31),
+        help_heading = "Path"
+    )]
+    pub qp_timeout: u8,
+
     #[command(flatten)]
     pub local: LocalPortArgs,
 
@@ -627,6 +638,7 @@ impl ProbeArgs {
                 post_list: self.post_list,
                 mtu: self.mtu,
                 traffic_class: self.traffic_class,
+                qp_timeout: self.qp_timeout,
                 service_level: self.service_level,
                 auth,
                 timeout: self.timeout,

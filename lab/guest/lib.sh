@@ -66,3 +66,43 @@ lab_wait_listening() {
 # lab_signal NAME / lab_wait_signal NODE NAME [TIMEOUT_S]: one node tells others it reached a point.
 lab_signal() { touch "/mnt/nodes/$LAB_NODE/signal-$1"; }
 lab_wait_signal() { lab_wait_file "/mnt/nodes/$1/signal-$2" "${3:-120}"; }
+
+# lab_perftest_pair CLIENT SERVER TAG ARGS...: one stock ib_write_bw run from CLIENT to SERVER
+# (both nodes call it; other nodes return at once). The client's output lands in
+# perftest-TAG-client.txt. perftest derives time from the TSC and a clock rate it calibrates by
+# regression; under full emulation the fit sometimes fails ("r^2 < 0.9") and it then reports
+# 0 Gb/s. Such a run is repeated (up to 3 tries, with a fresh server each: a server serves one
+# client); the tries are recorded as perftest_TAG_tries. Any other failure is final.
+lab_perftest_pair() {
+  local client=$1 server=$2 tag=$3 try
+  shift 3
+  for try in 1 2 3; do
+    if [ "$LAB_NODE" = "$server" ]; then
+      ib_write_bw "$@" >"perftest-$tag-server.txt" 2>&1 &
+      local pid=$!
+      lab_wait_listening 18515 || return 1
+      lab_signal "perftest-$tag-up-$try"
+      wait $pid
+      lab_wait_signal "$client" "perftest-$tag-done-$try" 300 || return 1
+      [ -e "/mnt/nodes/$client/signal-perftest-$tag-retry-$try" ] || return 0
+    elif [ "$LAB_NODE" = "$client" ]; then
+      lab_wait_signal "$server" "perftest-$tag-up-$try" || return 1
+      ib_write_bw "$@" "$(lab_addr "$server")" >"perftest-$tag-client.txt" 2>&1
+      local rc=$?
+      if grep -q 'r^2' "perftest-$tag-client.txt" &&
+        awk '/#bytes/ {getline; exit !($4 == 0)}' "perftest-$tag-client.txt"; then
+        echo "ib_write_bw $tag try $try: clock calibration failed (r^2 < 0.9), 0 Gb/s reported: retrying"
+        lab_signal "perftest-$tag-retry-$try"
+        lab_signal "perftest-$tag-done-$try"
+        continue
+      fi
+      lab_signal "perftest-$tag-done-$try"
+      lab_result "perftest_${tag}_tries" "$try"
+      return $rc
+    else
+      return 0
+    fi
+  done
+  [ "$LAB_NODE" = "$client" ] && cat "perftest-$tag-client.txt"
+  return 1
+}

@@ -8,15 +8,8 @@ lab_wait_listening 18516 || { cat responder.log; exit 1; }
 lab_barrier responders-up
 pair() { # pair ROUND CLIENT SERVER
   local round=$1 client=$2 server=$3
-  if [ "$LAB_NODE" = "$server" ]; then
-    ib_write_bw -d rxe0 -x 1 -n "$N" -F --report_gbits >"perftest-$round-server.txt" 2>&1 &
-    local pid=$!
-    lab_wait_listening 18515 || return 1
-    lab_signal "server-$round"
-    wait $pid
-  elif [ "$LAB_NODE" = "$client" ]; then
-    lab_wait_signal "$server" "server-$round" || return 1
-    ib_write_bw -d rxe0 -x 1 -n "$N" -F --report_gbits "$(lab_addr "$server")" >"perftest-$round-client.txt" 2>&1
+  lab_perftest_pair "$client" "$server" "$round" -d rxe0 -x 1 -n "$N" -F --report_gbits || return 1
+  if [ "$LAB_NODE" = "$client" ]; then
     $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \
       >"probe-$round.txt" 2>&1
     $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \

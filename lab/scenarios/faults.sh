@@ -1,7 +1,15 @@
 # Two nodes: the lab's fault injection works. netem loss 100% cuts node1 off, clearing it
 # restores the link, link down cuts it again, and stopping node2 mid-scenario makes it unreachable.
 peer=node2; [ "$LAB_NODE" = node2 ] && peer=node1
-reach() { ping -c 2 -W 1 -i 0.3 "$(lab_addr "$peer")" >/dev/null 2>&1 && echo yes || echo no; }
+# reach: "yes" if the peer answers a ping within 8 s (emulated links and ARP after a link change
+# can take a few seconds), else "no".
+reach() {
+  local i
+  for i in 1 2 3 4; do
+    ping -c 1 -W 2 "$(lab_addr "$peer")" >/dev/null 2>&1 && { echo yes; return; }
+  done
+  echo no
+}
 case $LAB_NODE in
   node1)
     lab_result baseline "$(reach)"

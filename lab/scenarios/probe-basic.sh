@@ -24,6 +24,8 @@ case $LAB_NODE in
     # ~8.4 s: the last completion trails the last post by a transfer plus an ACK delay (tens of
     # ms on this emulated link), which biases a short burst's rate low.
     probe --messages 800 --rate-limit 50Mbps >paced.json; echo "paced exit=$?" >>exits
+    # An unpaced burst longer than --timeout: the timeout bounds stalls, not the burst.
+    probe --messages 2000 --timeout 5s >long-unpaced.json; echo "long-unpaced exit=$?" >>exits
     $bin probe "$(lab_addr node2):1" --device rxe0 --psk-file /tmp/psk --json --messages 10 >refused.json
     echo "refused exit=$?" >>exits
     $bin probe "$peer" --device rxe0 --psk-file /tmp/wrong-psk --json --messages 10 >wrong-psk.json

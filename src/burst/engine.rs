@@ -110,8 +110,9 @@ pub fn run_burst(
     let totals: Vec<u64> = (0..plan.qps())
         .map(|q| plan.messages_for_qp(q).unwrap_or(u64::MAX))
         .collect();
-    let planned = plan_duration(plan, duration);
-    let deadline = planned + timeout;
+    // Only a burst with a planned length gets an overall deadline; an unpaced count burst takes
+    // as long as the link needs, bounded by the stall check below.
+    let deadline = plan_duration(plan, duration).map(|planned| planned + timeout);
     let mut windows: Vec<_> = (0..qps).map(|_| plan.send_window()).collect();
     let mut finished = vec![false; qps];
     let mut pacer = plan.pacer();
@@ -136,7 +137,7 @@ pub fn run_burst(
     let mut last_completion = Duration::ZERO;
     loop {
         let now = start.elapsed();
-        if now > deadline {
+        if let Some(deadline) = deadline.filter(|&d| now > d) {
             return Err(EngineError::Timeout(deadline));
         }
         // A peer that vanished may leave WRs neither completed nor failed for a long time (the
@@ -264,8 +265,9 @@ pub fn run_burst(
                     last_completion = last_progress;
                     continue;
                 }
+                let stall_at = last_completion + timeout;
                 let limit = deadline
-                    .min(last_completion + timeout)
+                    .map_or(stall_at, |d| d.min(stall_at))
                     .saturating_sub(start.elapsed());
                 let block = block_for.unwrap_or(MAX_BLOCK).min(MAX_BLOCK).min(limit);
                 targets.cq.wait(block)?;
@@ -310,17 +312,17 @@ fn account(
 }
 
 /// How long the burst should take if all goes to plan: the duration, or the messages at the
-/// rate limit; unpaced count bursts get no planned time (only the timeout applies).
-fn plan_duration(plan: &BurstPlan, duration: Option<Duration>) -> Duration {
-    if let Some(d) = duration {
-        return d;
+/// rate limit; `None` for unpaced count bursts, whose length only the link decides.
+fn plan_duration(plan: &BurstPlan, duration: Option<Duration>) -> Option<Duration> {
+    if duration.is_some() {
+        return duration;
     }
     match (plan.rate(), plan.total_messages()) {
-        (Some(rate), Some(total)) => {
+        (Some(rate), Some(total)) => Some(
             Duration::try_from_secs_f64(total as f64 / rate.messages_per_second())
-                .unwrap_or(Duration::MAX / 4)
-        }
-        _ => Duration::ZERO,
+                .unwrap_or(Duration::MAX / 4),
+        ),
+        _ => None,
     }
 }
 

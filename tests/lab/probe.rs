@@ -69,6 +69,16 @@ fn probe_between_two_nodes() {
         error * 100.0
     );
 
+    // An unpaced burst that outlasts --timeout 5s still completes: the timeout is for stalls.
+    let long = json(&run, "node1", "long-unpaced.json");
+    assert_eq!(exit_code(&run, "long-unpaced"), "0", "{long}");
+    assert_eq!(long["validated"], true, "{long}");
+    assert_eq!(long["messages"], 2000, "{long}");
+    eprintln!(
+        "unpaced 2000 messages: {:.1} s (timeout 5 s)",
+        f64_of(&long, "elapsed_seconds")
+    );
+
     // Nothing listening: connect, fast.
     let refused = json(&run, "node1", "refused.json");
     assert_eq!(exit_code(&run, "refused"), "1");

@@ -9,6 +9,8 @@ pub mod burst;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod http;
+pub mod metrics;
 pub mod prober;
 pub mod reason;
 pub mod responder;

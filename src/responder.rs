@@ -16,6 +16,8 @@ use crate::control::{
     server_handshake, AuthMode, BurstOutcome, BurstResult, Connection, ControlError, Message,
     RemoteRegion, SessionAccept, SessionRequest,
 };
+use crate::http::Readiness;
+use crate::metrics::{ResponderMetrics, SessionResult};
 use crate::prober::LocalPort;
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
@@ -54,19 +56,30 @@ struct Shared {
     burst_slot: Arc<AtomicBool>,
     pinned: Arc<AtomicU64>,
     sessions: Arc<Semaphore>,
+    metrics: ResponderMetrics,
+}
+
+impl Shared {
+    fn count(&self, result: SessionResult) {
+        self.metrics.session(self.ctx.device_name(), result);
+    }
 }
 
 /// Serves probe sessions on `listener` until `shutdown` completes. Opens the device first, so a
-/// node without RDMA fails here with `no_device` rather than at the first prober.
+/// node without RDMA fails here with `no_device` rather than at the first prober; `readiness`
+/// turns true once it is open, false again at shutdown.
 pub async fn run(
     listener: TcpListener,
     settings: ResponderSettings,
+    metrics: ResponderMetrics,
+    readiness: Readiness,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ResponderError> {
     let ctx = Context::open(settings.local.device.as_deref(), settings.local.port)?;
     if let Some(i) = settings.local.gid_index {
         ctx.gid(i)?;
     }
+    readiness.set(true);
     tracing::info!(
         device = ctx.device_name(),
         port = ctx.port(),
@@ -79,6 +92,7 @@ pub async fn run(
         ctx,
         burst_slot: Arc::new(AtomicBool::new(false)),
         pinned: Arc::new(AtomicU64::new(0)),
+        metrics,
     });
     tokio::pin!(shutdown);
     loop {
@@ -105,6 +119,7 @@ pub async fn run(
             };
             let Ok(_permit) = Arc::clone(&shared.sessions).try_acquire_owned() else {
                 tracing::warn!(%peer, "session refused: limit of {} sessions reached", shared.settings.max_sessions);
+                shared.count(SessionResult::Limit);
                 conn.send_error_best_effort(
                     ErrorReason::PeerError,
                     "responder at its session limit",
@@ -116,11 +131,15 @@ pub async fn run(
                 Ok(node) => tracing::info!(%peer, %node, "session closed"),
                 Err(e) => {
                     tracing::warn!(%peer, reason = %e.reason, error = %e.message, "session ended");
+                    if let Some(result) = e.refusal() {
+                        shared.count(result);
+                    }
                     conn.send_error_best_effort(e.reason, &e.message).await;
                 }
             }
         });
     }
+    readiness.set(false);
     tracing::info!("responder shutting down");
     Ok(())
 }
@@ -130,6 +149,20 @@ pub async fn run(
 struct SessionFailure {
     reason: ErrorReason,
     message: String,
+    /// The responder's pinned-memory budget refused the session (sent as `peer_error`).
+    over_limit: bool,
+}
+
+impl SessionFailure {
+    /// How `rdma_probe_responder_sessions_total` counts this failure, if it is a refusal.
+    fn refusal(&self) -> Option<SessionResult> {
+        match self.reason {
+            _ if self.over_limit => Some(SessionResult::Limit),
+            ErrorReason::Auth => Some(SessionResult::Auth),
+            ErrorReason::Protocol => Some(SessionResult::Protocol),
+            _ => None,
+        }
+    }
 }
 
 impl From<ControlError> for SessionFailure {
@@ -148,6 +181,7 @@ fn failure(reason: ErrorReason, message: impl Into<String>) -> SessionFailure {
     SessionFailure {
         reason,
         message: message.into(),
+        over_limit: false,
     }
 }
 
@@ -229,6 +263,7 @@ async fn serve(conn: &mut Connection, shared: &Shared) -> Result<String, Session
                 conn.send(&Message::SessionAccept(accept), settings.io_timeout)
                     .await?;
                 tracing::info!(%node, qps = request.qps, message_size = request.message_size, "session set up");
+                shared.count(SessionResult::Accepted);
                 active = Some(state);
             }
             Message::BurstStart { burst_id, seed } => {
@@ -236,6 +271,7 @@ async fn serve(conn: &mut Connection, shared: &Shared) -> Result<String, Session
                     .as_mut()
                     .ok_or_else(|| failure(ErrorReason::Protocol, "burst_start before session"))?;
                 let Some(slot) = BurstSlot::try_take(&shared.burst_slot) else {
+                    shared.count(SessionResult::Busy);
                     conn.send(
                         &Message::Busy {
                             retry_after_ms: BUSY_RETRY_AFTER_MS,
@@ -282,6 +318,9 @@ async fn serve(conn: &mut Connection, shared: &Shared) -> Result<String, Session
                 let detail = result.err();
                 if let Some(d) = &detail {
                     tracing::warn!(%node, burst_id, detail = %d, "burst data did not verify");
+                    shared
+                        .metrics
+                        .validation_failure(shared.ctx.device_name(), &node);
                 }
                 conn.send(
                     &Message::BurstResult(BurstResult {
@@ -327,8 +366,9 @@ fn open_session(
         u16::try_from(request.qps).map_err(|_| failure(ErrorReason::Protocol, "too many QPs"))?;
     let bytes = request.message_size.saturating_mul(u64::from(qps));
     let pinned = PinnedReservation::take(&shared.pinned, bytes, settings.max_pinned_bytes)
-        .ok_or_else(|| {
-            failure(
+        .ok_or_else(|| SessionFailure {
+            over_limit: true,
+            ..failure(
                 ErrorReason::PeerError,
                 format!(
                     "responder pinned-memory limit: {bytes} more bytes would exceed {}",

@@ -440,12 +440,38 @@ fn responder_refuses_bad_limits() {
         (&["--max-pinned", "lots"], "--max-pinned"),
         (&["--idle-timeout", "0s"], "--idle-timeout"),
         (&["--listen", "not-an-address"], "--listen"),
+        (&["--metrics-listen", "9587"], "--metrics-listen"),
         (&["--port", "0"], "--port"),
     ] {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);
         assert_usage_error(&args, &[needle]);
     }
+}
+
+/// A metrics address already taken is a clear error before anything else starts.
+#[test]
+fn responder_reports_a_taken_metrics_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let r = run(&[
+        "responder",
+        "--no-auth",
+        "--node",
+        "test",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        &addr,
+    ]);
+    r.assert_no_panic();
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr
+            .contains(&format!("cannot listen on {addr} (--metrics-listen)")),
+        "{}",
+        r.describe()
+    );
 }
 
 #[test]

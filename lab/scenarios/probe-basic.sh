@@ -1,11 +1,13 @@
 # Two nodes: node2 runs the responder, node1 probes it: a validated burst, a 50 Mbps paced burst,
-# a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy).
+# a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy);
+# then node1 scrapes the responder's /metrics.
 bin=rdma-probe-exporter
 echo "lab-psk-0123456789abcdef" >/tmp/psk
 echo "some-other-key-0123456789" >/tmp/wrong-psk
 case $LAB_NODE in
   node2)
-    $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+    $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
+      --metrics-listen 0.0.0.0:9587 >responder.log 2>&1 &
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
     lab_wait_signal node1 done 600
@@ -36,6 +38,10 @@ case $LAB_NODE in
     sleep 3
     probe --messages 10 >busy.json; echo "busy exit=$?" >>exits
     wait $long; echo "long exit=$?" >>exits
+    # The responder's counters and process metrics, as Prometheus would scrape them.
+    curl -sS --max-time 10 "http://$(lab_addr node2):9587/metrics" >responder-metrics.txt
+    echo "metrics exit=$?" >>exits
+    curl -sS --max-time 10 "http://$(lab_addr node2):9587/readyz" >responder-readyz.txt
     cat exits
     lab_signal done
     ;;

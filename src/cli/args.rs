@@ -60,6 +60,9 @@ Examples:
   # Serve on one device only, on the storage network's address:
   rdma-probe-exporter responder --listen 10.0.0.1:18516 --device mlx5_0 --psk-file psk
 
+  # Also let Prometheus scrape the responder's counters and process CPU/memory:
+  rdma-probe-exporter responder --psk-file psk --metrics-listen 0.0.0.0:9587
+
 Runs until SIGTERM or SIGINT, then stops accepting, releases every session's QPs and memory,
 and exits 0.";
 
@@ -286,6 +289,14 @@ pub struct ResponderArgs {
     // The help text is an attribute, not the doc comment: rustdoc would read `[::]` as a link.
     #[arg(long, value_name = "ADDR", help = "TCP address (IP:PORT) for the control channel, e.g. 10.0.0.1:18516 or [::]:18516", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_CONTROL_PORT)))]
     pub listen: SocketAddr,
+
+    // Help as an attribute for the same reason as --listen.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        help = "Also serve /metrics, /healthz and /readyz over HTTP on this address (IP:PORT), e.g. 0.0.0.0:9587; off when absent"
+    )]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// Deadline for each control exchange with a prober (e.g. 10s).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration_flag)]
@@ -538,6 +549,7 @@ pub enum Action {
 #[derive(Debug)]
 pub struct ResponderAction {
     pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
     pub settings: ResponderSettings,
 }
 
@@ -576,6 +588,7 @@ impl ResponderArgs {
         let node_name = self.node.into_node_name(SUB)?;
         Ok(ResponderAction {
             listen: self.listen,
+            metrics_listen: self.metrics_listen,
             settings: ResponderSettings {
                 node_name,
                 local: self.local.into_local_port(),

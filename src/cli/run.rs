@@ -14,6 +14,8 @@ use tracing_subscriber::EnvFilter;
 
 use super::args::{Action, LogFormat, Logging, ProbeAction, ResponderAction};
 use super::report::{self, ReportHeader};
+use crate::http::{self, Readiness};
+use crate::metrics::Metrics;
 use crate::{prober, responder, verbs};
 
 /// Installs the global tracing subscriber: stderr, text (colored only on a terminal) or JSON
@@ -97,16 +99,60 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// How long scrapes in flight may take to finish at shutdown.
+const ADMIN_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
     // Handlers first: a SIGTERM that arrives while the device is being opened must still end
     // in a graceful shutdown, not in the default action (killed without cleanup).
-    let shutdown = shutdown_signal()?;
+    let signal = shutdown_signal()?;
     let listener = TcpListener::bind(action.listen)
         .await
         .with_context(|| format!("cannot listen on {} (--listen)", action.listen))?;
-    responder::run(listener, action.settings, shutdown)
-        .await
-        .context("responder failed")?;
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+    // One signal ends both servers.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        // An error means the sender is gone, which also means stop.
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let admin = match action.metrics_listen {
+        Some(addr) => {
+            let admin_listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--metrics-listen)"))?;
+            let server = http::serve(
+                admin_listener,
+                metrics.clone(),
+                readiness.clone(),
+                stopped(stop_rx.clone()),
+            );
+            Some(tokio::spawn(server))
+        }
+        None => None,
+    };
+    let responder = responder::run(
+        listener,
+        action.settings,
+        metrics.responder.clone(),
+        readiness,
+        async move {
+            signal.await;
+            let _ = stop_tx.send(true);
+        },
+    );
+    // However the responder ends, its shutdown future (holding `stop_tx`) is dropped with it,
+    // which stops the admin server too: a responder without its device does not linger.
+    let result = responder.await.context("responder failed");
+    if let Some(admin) = admin {
+        match tokio::time::timeout(ADMIN_SHUTDOWN_GRACE, admin).await {
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "admin HTTP server failed"),
+            Err(_) => tracing::warn!("admin HTTP server did not stop in time"),
+            _ => {}
+        }
+    }
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "../common/promtool.rs"]
+mod promtool;
+
 mod baseline;
 mod bench;
 mod probe;

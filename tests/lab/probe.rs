@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::promtool;
 use crate::support::{self, LabRun};
 
 const BIN: &str = "target/release/rdma-probe-exporter";
@@ -102,6 +103,25 @@ fn probe_between_two_nodes() {
     let long = json(&run, "node1", "long.json");
     assert_eq!(exit_code(&run, "long"), "0", "{long}");
     assert_eq!(long["validated"], true, "{long}");
+
+    // The responder's /metrics, scraped over the lab network: every session above is counted
+    // by how it was answered, the process metrics are there, and promtool accepts it all.
+    assert_eq!(exit_code(&run, "metrics"), "0");
+    assert_eq!(run.file("node1", "responder-readyz.txt"), "ready\n");
+    let scrape = run.file("node1", "responder-metrics.txt");
+    let sessions = |result: &str| {
+        let series =
+            format!(r#"rdma_probe_responder_sessions_total{{device="rxe0",result="{result}"}}"#);
+        promtool::sample(&scrape, &series)
+    };
+    // success, paced, long-unpaced, long and the busy prober's session.
+    assert_eq!(sessions("accepted"), Some(5.0), "{scrape}");
+    assert_eq!(sessions("auth"), Some(1.0), "{scrape}");
+    assert_eq!(sessions("busy"), Some(1.0), "{scrape}");
+    assert!(!scrape.contains("validation_failures_total{"), "{scrape}");
+    let cpu = promtool::sample(&scrape, "process_cpu_seconds_total").unwrap_or(0.0);
+    assert!(cpu > 0.0, "process_cpu_seconds_total {cpu} in:\n{scrape}");
+    promtool::assert_promtool_accepts(&scrape);
 }
 
 #[test]

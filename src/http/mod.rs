@@ -1,0 +1,104 @@
+//! The admin HTTP server: `/metrics` for Prometheus, `/healthz` (the process answers) and
+//! `/readyz` (it can serve probes) for Kubernetes, and a short index at `/`. Read-only: nothing
+//! here changes what the exporter does.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::metrics::{Format, Metrics};
+
+#[derive(Debug, Error)]
+#[error("serving HTTP: {0}")]
+pub struct HttpError(#[source] std::io::Error);
+
+/// Whether the exporter can do its job yet (its RDMA device is open); `/readyz` answers 503
+/// until then, so a rollout waits for a node whose device is still coming up.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown` completes, then finishes the
+/// requests in flight and returns.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics");
+    }
+    axum::serve(listener, router(AppState { metrics, readiness }))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(HttpError)
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(scrape))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(state)
+}
+
+async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    match state.metrics.encode(format) {
+        Ok(text) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode metrics");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response()
+        }
+    }
+}
+
+async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.readiness.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the RDMA device is not open yet\n",
+        )
+    }
+}
+
+async fn index() -> Html<&'static str> {
+    Html(concat!(
+        "<!doctype html><title>rdma-probe-exporter</title>",
+        "<h1>rdma-probe-exporter ",
+        env!("CARGO_PKG_VERSION"),
+        "</h1><ul>",
+        "<li><a href=\"/metrics\">/metrics</a>: for Prometheus</li>",
+        "<li><a href=\"/healthz\">/healthz</a>: the process answers</li>",
+        "<li><a href=\"/readyz\">/readyz</a>: the RDMA device is open</li>",
+        "</ul>\n"
+    ))
+}

@@ -1,0 +1,173 @@
+//! Black-box tests of the admin HTTP server over a real loopback socket: status codes, content
+//! negotiation, and `promtool check metrics` on what a scrape returns.
+
+use std::net::SocketAddr;
+
+#[path = "common/promtool.rs"]
+mod promtool;
+
+use rdma_probe_exporter::http::{self, Readiness};
+use rdma_probe_exporter::metrics::{Metrics, SessionResult};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+async fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> Reply {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{accept}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("header end");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .expect("status")
+        .parse()
+        .expect("status code");
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_default();
+    Reply {
+        status,
+        content_type,
+        body: body.to_owned(),
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    metrics: Metrics,
+    readiness: Readiness,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), http::HttpError>>,
+}
+
+async fn start() -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Server {
+        addr,
+        metrics,
+        readiness,
+        stop,
+        task,
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_unknown_paths() {
+    let server = start().await;
+    let health = get(server.addr, "/healthz", None).await;
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    let ready = get(server.addr, "/readyz", None).await;
+    assert_eq!(ready.status, 503, "not ready before the device is open");
+    server.readiness.set(true);
+    assert_eq!(get(server.addr, "/readyz", None).await.status, 200);
+    assert_eq!(get(server.addr, "/no-such-page", None).await.status, 404);
+    let index = get(server.addr, "/", None).await;
+    assert_eq!(index.status, 200);
+    assert!(index.body.contains("href=\"/metrics\""), "{}", index.body);
+    server.stop.send(()).unwrap();
+    server.task.await.unwrap().expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn scrape_negotiates_the_format_and_passes_promtool() {
+    let server = start().await;
+    server
+        .metrics
+        .responder
+        .session("rxe0", SessionResult::Accepted);
+    server
+        .metrics
+        .responder
+        .session("rxe0", SessionResult::Busy);
+    server
+        .metrics
+        .responder
+        .validation_failure("rxe0", "node-a");
+
+    let open = get(
+        server.addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    )
+    .await;
+    assert_eq!(open.status, 200);
+    assert!(
+        open.content_type
+            .starts_with("application/openmetrics-text"),
+        "{}",
+        open.content_type
+    );
+    assert!(open.body.ends_with("# EOF\n"));
+
+    let text = get(server.addr, "/metrics", None).await;
+    assert_eq!(text.status, 200);
+    assert!(
+        text.content_type.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        text.content_type
+    );
+    for (series, want) in [
+        (
+            concat!(
+                "rdma_probe_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\"}"
+            ),
+            1.0,
+        ),
+        (
+            r#"rdma_probe_responder_sessions_total{device="rxe0",result="accepted"}"#,
+            1.0,
+        ),
+        (
+            r#"rdma_probe_responder_sessions_total{device="rxe0",result="busy"}"#,
+            1.0,
+        ),
+        (
+            r#"rdma_probe_responder_validation_failures_total{device="rxe0",peer="node-a"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(
+            promtool::sample(&text.body, series),
+            Some(want),
+            "{series} in:\n{}",
+            text.body
+        );
+    }
+    let cpu = promtool::sample(&text.body, "process_cpu_seconds_total").expect("process CPU");
+    assert!(cpu > 0.0, "process_cpu_seconds_total {cpu}");
+
+    promtool::assert_promtool_accepts(&text.body);
+    server.stop.send(()).unwrap();
+    server.task.await.unwrap().expect("clean shutdown");
+}

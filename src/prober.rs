@@ -16,6 +16,7 @@ use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
     SessionRequest,
 };
+use crate::metrics::process::process_cpu_seconds;
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
@@ -84,6 +85,10 @@ pub struct ProbeOutcome {
     pub burst_start_seconds: Option<f64>,
     /// Wall time the burst thread spent inside `ibv_post_send` (see `BurstTiming::posting`).
     pub post_seconds: Option<f64>,
+    /// CPU the whole process used for this burst, from the request to the responder's result
+    /// (control exchanges, burst thread, verification wait): what a running exporter pays per
+    /// burst, without process start-up and session set-up.
+    pub process_cpu_seconds: Option<f64>,
     /// Set when the burst did not run and that is not a failure (`busy`: the responder was
     /// serving another prober).
     pub deferred: Option<String>,
@@ -320,9 +325,13 @@ impl Session {
             peer_link_rate_bits_per_second: self.peer_rate,
             ..ProbeOutcome::default()
         };
+        let cpu_before = process_cpu_seconds();
         if let Err(e) = self.run_burst(&mut outcome).await {
             outcome.record_error(&e);
         }
+        outcome.process_cpu_seconds = cpu_before
+            .zip(process_cpu_seconds())
+            .map(|(before, after)| (after - before).max(0.0));
         outcome
     }
 

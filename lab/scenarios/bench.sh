@@ -3,7 +3,8 @@
 #  2. pacing: our probe at several limits (achieved / limit);
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
-#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes.
+#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes;
+#     then both again under strace, to take Soft-RoCE's in-doorbell NIC emulation out of both.
 # node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
@@ -32,6 +33,26 @@ case $LAB_NODE in
     lab_wait_signal node2 responder-up || exit 1
     peer=$(lab_addr node2)
     round=0
+    # measure OUT ERR CMD...: runs CMD with stdout to OUT, stderr to ERR, and its CPU time
+    # (user sys, bash's time: the command and its children) to OUT.cpu. With TRACE=1 it runs
+    # under strace, which records every write(2) on the uverbs device: Soft-RoCE's ibv_post_send
+    # rings its doorbell with one such write and does the emulated NIC's send work inside it;
+    # OUT.nic gets "seconds count" of those writes. Only writes stop the tracee (seccomp-bpf),
+    # and -ff keeps each thread's calls whole in its own file.
+    measure() {
+      local out=$1 err=$2; shift 2
+      if [ "${TRACE:-0}" = 1 ]; then
+        rm -f "$out".trace.*
+        strace -ff --seccomp-bpf -e trace=write -T -y -o "$out.trace" \
+          bash -c 'TIMEFORMAT="%U %S"; out=$1 err=$2; shift 2; { time "$@" >"$out" 2>"$err"; } 2>"$out.cpu"' \
+          measure "$out" "$err" "$@"
+        cat "$out".trace.* | awk '/^write\([0-9]+<\/dev\/infiniband\/uverbs/ && match($0, /<[0-9.]+>$/) {
+          s += substr($0, RSTART + 1, RLENGTH - 2); n++ } END { printf "%.3f %d\n", s, n }' >"$out.nic"
+        rm -f "$out".trace.*
+      else
+        { time "$@" >"$out" 2>"$err"; } 2>"$out.cpu"
+      fi
+    }
     # perftest ARGS...: runs an ib_write_bw client against a fresh server with the same ARGS;
     # sets RESULT to "bw_gbps cpu_user cpu_sys". (Not run in a $(...) subshell: it counts rounds.)
     perftest() {
@@ -39,18 +60,21 @@ case $LAB_NODE in
       echo "$*" >"perftest-args-$round"
       lab_signal "want-perftest-$round"
       lab_wait_signal node2 "perftest-up-$round" || return 1
-      { time ib_write_bw -d rxe0 -x 1 -F "$@" "$peer" >"perftest-client-$round.txt" 2>&1; } 2>"perftest-cpu-$round.txt"
+      local out="perftest-client-$round.txt"
+      measure "$out" "$out" ib_write_bw -d rxe0 -x 1 -F "$@" "$peer"
       local bw
-      bw=$(awk '/#bytes/ {getline; print $4}' "perftest-client-$round.txt")
-      RESULT="${bw:-0} $(cat "perftest-cpu-$round.txt")"
+      bw=$(awk '/#bytes/ {getline; print $4}' "$out")
+      RESULT="${bw:-0} $(cat "$out.cpu")"
+      LAST=$out
     }
     # ours NAME ARGS...: one probe; sets RESULT to "bw_gbps cpu_user cpu_sys", keeps NAME.json.
     ours() {
       local name=$1; shift
-      { time $bin probe "$peer:18516" --device rxe0 --psk-file /tmp/psk --json "$@" >"$name.json" 2>"$name.err"; } 2>"$name.cpu"
+      measure "$name.json" "$name.err" $bin probe "$peer:18516" --device rxe0 --psk-file /tmp/psk --json "$@"
       local bw
       bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.6f" % (d.get("bandwidth_bytes_per_second", 0) * 8e-9))' "$name.json" 2>/dev/null || echo 0)
-      RESULT="$bw $(cat "$name.cpu")"
+      RESULT="$bw $(cat "$name.json.cpu")"
+      LAST=$name.json
     }
     echo "== 1. bandwidth, $N x 64 KiB, unpaced"
     for r in 1 2 3 4; do
@@ -80,19 +104,34 @@ lines=[json.loads(l) for l in open("warm.json") if l.strip()]
 print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get("burst_start_seconds") is not None))')"
     echo "warm-session burst start times: $(grep '^warm=' results | cut -d= -f2)"
     echo "== 4. CPU at the same software rate limit, same bytes ($N messages)"
+    # Each tool runs twice per limit: plain (the CPU figures), then under strace to measure the
+    # time each spends in Soft-RoCE's doorbell writes (the emulated NIC's work, which a hardware
+    # NIC does off the host CPU), so that part can be taken out of both sides. Both are one-shot
+    # processes, start-up included; the exporter pays those once, so our per-burst process CPU
+    # (process_cpu_seconds) is printed too.
+    cpu_of() { awk -v u="$1" -v s="$2" 'BEGIN {print u + s}'; }
     for pct in 25 50; do
       gbps=$(awk -v l="$link" -v p="$pct" 'BEGIN {printf "%.4f", l * p / 100}')
       mbps=$(awk -v g="$gbps" 'BEGIN {printf "%.1f", g * 1000}')
-      perftest -n "$N" --report_gbits --rate_limit="$gbps" --rate_units=g --rate_limit_type=SW --burst_size=1
-      set -- $RESULT; pbw=$1; pcpu=$(awk -v u="$2" -v s="$3" 'BEGIN {print u + s}')
+      pargs="-n $N --report_gbits --rate_limit=$gbps --rate_units=g --rate_limit_type=SW --burst_size=1"
+      perftest $pargs; set -- $RESULT; pbw=$1; pcpu=$(cpu_of "$2" "$3")
       ours "cpu-$pct" --messages "$N" --rate-limit "${mbps}Mbps"
-      set -- $RESULT; obw=$1; ocpu=$(awk -v u="$2" -v s="$3" 'BEGIN {print u + s}')
-      # Soft-RoCE runs the emulated NIC's send processing inside ibv_post_send, charged to the
-      # posting process: both tools pay it for the same messages. post_seconds shows our share.
-      post=$(python3 -c 'import json,sys; print("%.3f" % (json.load(open(sys.argv[1])).get("post_seconds") or 0))' "cpu-$pct.json")
-      line=$(awk -v pb="$pbw" -v ob="$obw" -v pc="$pcpu" -v oc="$ocpu" -v g="$gbps" -v ps="$post" 'BEGIN {
-        printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s (%.2f s inside ibv_post_send) | cpu ratio ours/perftest %.3f; excluding the in-post NIC emulation from both (estimate) %.3f",
-          g, pb, (pb / g - 1) * 100, pc, ob, (ob / g - 1) * 100, oc, ps, (pc > 0 ? oc / pc : 0), (pc > ps ? (oc - ps) / (pc - ps) : 0) }')
+      set -- $RESULT; obw=$1; ocpu=$(cpu_of "$2" "$3")
+      # "post_seconds cpu_seconds process_cpu_seconds" of a probe's JSON.
+      figures() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%.3f" % (d.get(k) or 0) for k in ("post_seconds", "cpu_seconds", "process_cpu_seconds")))' "$1"; }
+      post=$(figures "cpu-$pct.json")
+      TRACE=1 perftest $pargs; set -- $RESULT; ptcpu=$(cpu_of "$2" "$3"); set -- $(cat "$LAST.nic"); pnic=$1 pdb=$2
+      TRACE=1 ours "cpu-traced-$pct" --messages "$N" --rate-limit "${mbps}Mbps"
+      set -- $RESULT; otcpu=$(cpu_of "$2" "$3"); set -- $(cat "$LAST.nic"); onic=$1 odb=$2
+      set -- $(figures "cpu-traced-$pct.json"); otburst=$3
+      set -- $post
+      line=$(awk -v pb="$pbw" -v ob="$obw" -v pc="$pcpu" -v oc="$ocpu" -v g="$gbps" -v ps="$1" -v bt="$2" -v ob1="$3" -v otb="$otburst" \
+        -v ptc="$ptcpu" -v pn="$pnic" -v pd="$pdb" -v otc="$otcpu" -v on="$onic" -v od="$odb" 'BEGIN {
+        printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s (burst thread %.2f s, %.2f s inside ibv_post_send) | cpu ratio ours/perftest %.3f", g, pb, (pb / g - 1) * 100, pc, ob, (ob / g - 1) * 100, oc, bt, ps, (pc > 0 ? oc / pc : 0)
+        printf " | under strace: ib_write_bw cpu %.2f s, %.2f s in %d doorbells; ours cpu %.2f s, %.2f s in %d doorbells; cpu ratio without the doorbells %.3f",
+          ptc, pn, pd, otc, on, od, (ptc > pn ? (otc - on) / (ptc - pn) : 0)
+        printf " | ours per burst on a running exporter (no process start, no session set-up): cpu %.2f s, %.2f s without the doorbells, ratio to ib_write_bw without its doorbells %.3f",
+          ob1, otb - on, (ptc > pn ? (otb - on) / (ptc - pn) : 0) }')
       echo "$pct%: $line"
       lab_result "cpu_$pct" "$line"
     done

@@ -242,8 +242,14 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
     let _ = writeln!(
         out,
         " {:<23}: {}",
-        "CPU seconds",
+        "CPU seconds, burst",
         or_unknown(report.cpu_seconds.map(|c| format!("{c:.4}")))
+    );
+    let _ = writeln!(
+        out,
+        " {:<23}: {}",
+        "CPU seconds, process",
+        or_unknown(outcome.process_cpu_seconds.map(|c| format!("{c:.4}")))
     );
     let _ = writeln!(
         out,
@@ -425,6 +431,7 @@ mod tests {
             local_link_rate_bits_per_second: Some(100_000_000_000),
             peer_link_rate_bits_per_second: Some(200_000_000_000),
             remote_counters: vec![],
+            process_cpu_seconds: Some(0.015),
             ..ProbeOutcome::default()
         }
     }
@@ -454,7 +461,8 @@ mod tests {
             "Longest completion gap : 0.052 ms",
             "Burst time             : 28.400 ms",
             "Setup time             : 12.310 ms",
-            "CPU seconds            : 0.0123",
+            "CPU seconds, burst     : 0.0123",
+            "CPU seconds, process   : 0.0150",
             "Validated              : yes",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");

@@ -55,8 +55,7 @@ pub struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) {
-            let cpu = timeval_seconds(usage.user_time()) + timeval_seconds(usage.system_time());
+        if let Some(cpu) = process_cpu_seconds() {
             let counter = ConstCounter::new(cpu);
             counter.encode(encoder.encode_descriptor(
                 "process_cpu",
@@ -138,6 +137,12 @@ fn gauge(
 ) -> Result<(), std::fmt::Error> {
     let gauge = ConstGauge::new(value);
     gauge.encode(encoder.encode_descriptor(name, help, unit.as_ref(), gauge.metric_type())?)
+}
+
+/// User plus system CPU time of the whole process (all threads) so far.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    Some(timeval_seconds(usage.user_time()) + timeval_seconds(usage.system_time()))
 }
 
 fn timeval_seconds(tv: nix::sys::time::TimeVal) -> f64 {

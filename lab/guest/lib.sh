@@ -1,6 +1,7 @@
 # Functions for lab scenarios (sourced before the scenario, inside each VM, by bash).
 # Environment: LAB_NODE (node1..), LAB_INDEX (1..), LAB_NODES (count), LAB_NIC, LAB_DIR (this
-# node's output directory), LAB_ADDR_nodeN (lab address of each node).
+# node's output directory), LAB_ADDR_nodeN (lab address of each node), LAB_DOORBELL_SO (the
+# benchmark's LD_PRELOAD shim that measures CPU inside uverbs doorbell writes: lab/tools).
 
 # lab_addr NODE: the node's address on the lab network.
 lab_addr() { eval echo "\$LAB_ADDR_$1"; }

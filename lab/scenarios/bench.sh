@@ -3,8 +3,8 @@
 #  2. pacing: our probe at several limits (achieved / limit);
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
-#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes;
-#     then both again under strace, to take Soft-RoCE's in-doorbell NIC emulation out of both.
+#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes,
+#     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike.
 # node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
@@ -34,24 +34,15 @@ case $LAB_NODE in
     peer=$(lab_addr node2)
     round=0
     # measure OUT ERR CMD...: runs CMD with stdout to OUT, stderr to ERR, and its CPU time
-    # (user sys, bash's time: the command and its children) to OUT.cpu. With TRACE=1 it runs
-    # under strace, which records every write(2) on the uverbs device: Soft-RoCE's ibv_post_send
-    # rings its doorbell with one such write and does the emulated NIC's send work inside it;
-    # OUT.nic gets "seconds count" of those writes. Only writes stop the tracee (seccomp-bpf),
-    # and -ff keeps each thread's calls whole in its own file.
+    # (user sys, bash's time) to OUT.cpu. The doorbell shim (lab/tools/doorbell-cpu.c) writes
+    # "cpu_seconds count" of the command's write(2) calls on the uverbs device to OUT.nic:
+    # Soft-RoCE's ibv_post_send rings its doorbell with one such write and does the emulated
+    # NIC's send work inside it, on the posting thread's CPU clock.
     measure() {
       local out=$1 err=$2; shift 2
-      if [ "${TRACE:-0}" = 1 ]; then
-        rm -f "$out".trace.*
-        strace -ff --seccomp-bpf -e trace=write -T -y -o "$out.trace" \
-          bash -c 'TIMEFORMAT="%U %S"; out=$1 err=$2; shift 2; { time "$@" >"$out" 2>"$err"; } 2>"$out.cpu"' \
-          measure "$out" "$err" "$@"
-        cat "$out".trace.* | awk '/^write\([0-9]+<\/dev\/infiniband\/uverbs/ && match($0, /<[0-9.]+>$/) {
-          s += substr($0, RSTART + 1, RLENGTH - 2); n++ } END { printf "%.3f %d\n", s, n }' >"$out.nic"
-        rm -f "$out".trace.*
-      else
-        { time "$@" >"$out" 2>"$err"; } 2>"$out.cpu"
-      fi
+      rm -f "$out.nic"
+      { time env LD_PRELOAD="$LAB_DOORBELL_SO" DOORBELL_CPU_OUT="$PWD/$out.nic" "$@" >"$out" 2>"$err"; } 2>"$out.cpu"
+      [ -s "$out.nic" ] || echo "0 0" >"$out.nic"
     }
     # perftest ARGS...: runs an ib_write_bw client against a fresh server with the same ARGS;
     # sets RESULT to "bw_gbps cpu_user cpu_sys". (Not run in a $(...) subshell: it counts rounds.)
@@ -104,34 +95,27 @@ lines=[json.loads(l) for l in open("warm.json") if l.strip()]
 print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get("burst_start_seconds") is not None))')"
     echo "warm-session burst start times: $(grep '^warm=' results | cut -d= -f2)"
     echo "== 4. CPU at the same software rate limit, same bytes ($N messages)"
-    # Each tool runs twice per limit: plain (the CPU figures), then under strace to measure the
-    # time each spends in Soft-RoCE's doorbell writes (the emulated NIC's work, which a hardware
-    # NIC does off the host CPU), so that part can be taken out of both sides. Both are one-shot
-    # processes, start-up included; the exporter pays those once, so our per-burst process CPU
-    # (process_cpu_seconds) is printed too.
-    cpu_of() { awk -v u="$1" -v s="$2" 'BEGIN {print u + s}'; }
+    # Both tools run as one-shot processes (start-up included) with the doorbell shim, which
+    # measures the CPU each spends in Soft-RoCE's doorbell writes: the emulated NIC's work, which a
+    # hardware NIC does off the host CPU, taken out of both sides for the second ratio. The
+    # exporter pays start-up and session set-up once, so our per-burst process CPU
+    # (process_cpu_seconds; every doorbell falls inside the burst) is printed too.
     for pct in 25 50; do
       gbps=$(awk -v l="$link" -v p="$pct" 'BEGIN {printf "%.4f", l * p / 100}')
       mbps=$(awk -v g="$gbps" 'BEGIN {printf "%.1f", g * 1000}')
-      pargs="-n $N --report_gbits --rate_limit=$gbps --rate_units=g --rate_limit_type=SW --burst_size=1"
-      perftest $pargs; set -- $RESULT; pbw=$1; pcpu=$(cpu_of "$2" "$3")
+      perftest -n "$N" --report_gbits --rate_limit="$gbps" --rate_units=g --rate_limit_type=SW --burst_size=1
+      set -- $RESULT; pbw=$1 pu=$2 ps=$3; set -- $(cat "$LAST.nic"); pnic=$1 pdb=$2
       ours "cpu-$pct" --messages "$N" --rate-limit "${mbps}Mbps"
-      set -- $RESULT; obw=$1; ocpu=$(cpu_of "$2" "$3")
-      # "post_seconds cpu_seconds process_cpu_seconds" of a probe's JSON.
-      figures() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%.3f" % (d.get(k) or 0) for k in ("post_seconds", "cpu_seconds", "process_cpu_seconds")))' "$1"; }
-      post=$(figures "cpu-$pct.json")
-      TRACE=1 perftest $pargs; set -- $RESULT; ptcpu=$(cpu_of "$2" "$3"); set -- $(cat "$LAST.nic"); pnic=$1 pdb=$2
-      TRACE=1 ours "cpu-traced-$pct" --messages "$N" --rate-limit "${mbps}Mbps"
-      set -- $RESULT; otcpu=$(cpu_of "$2" "$3"); set -- $(cat "$LAST.nic"); onic=$1 odb=$2
-      set -- $(figures "cpu-traced-$pct.json"); otburst=$3
-      set -- $post
-      line=$(awk -v pb="$pbw" -v ob="$obw" -v pc="$pcpu" -v oc="$ocpu" -v g="$gbps" -v ps="$1" -v bt="$2" -v ob1="$3" -v otb="$otburst" \
-        -v ptc="$ptcpu" -v pn="$pnic" -v pd="$pdb" -v otc="$otcpu" -v on="$onic" -v od="$odb" 'BEGIN {
-        printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s (burst thread %.2f s, %.2f s inside ibv_post_send) | cpu ratio ours/perftest %.3f", g, pb, (pb / g - 1) * 100, pc, ob, (ob / g - 1) * 100, oc, bt, ps, (pc > 0 ? oc / pc : 0)
-        printf " | under strace: ib_write_bw cpu %.2f s, %.2f s in %d doorbells; ours cpu %.2f s, %.2f s in %d doorbells; cpu ratio without the doorbells %.3f",
-          ptc, pn, pd, otc, on, od, (ptc > pn ? (otc - on) / (ptc - pn) : 0)
-        printf " | ours per burst on a running exporter (no process start, no session set-up): cpu %.2f s, %.2f s without the doorbells, ratio to ib_write_bw without its doorbells %.3f",
-          ob1, otb - on, (ptc > pn ? (otb - on) / (ptc - pn) : 0) }')
+      set -- $RESULT; obw=$1 ou=$2 os=$3; set -- $(cat "$LAST.nic"); onic=$1 odb=$2
+      set -- $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%.3f" % (d.get(k) or 0) for k in ("post_seconds", "cpu_seconds", "process_cpu_seconds")))' "cpu-$pct.json")
+      line=$(awk -v g="$gbps" -v pb="$pbw" -v pc="$(awk -v u="$pu" -v s="$ps" 'BEGIN {print u + s}')" -v pn="$pnic" -v pd="$pdb" \
+        -v ob="$obw" -v oc="$(awk -v u="$ou" -v s="$os" 'BEGIN {print u + s}')" -v on="$onic" -v od="$odb" \
+        -v post="$1" -v bt="$2" -v burst="$3" 'BEGIN {
+        printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s, %.2f s of it in %d doorbells", g, pb, (pb / g - 1) * 100, pc, pn, pd
+        printf " | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s, %.2f s of it in %d doorbells (burst thread %.2f s; %.2f s wall inside ibv_post_send)", ob, (ob / g - 1) * 100, oc, on, od, bt, post
+        printf " | cpu ratio ours/perftest %.3f; without the doorbells %.3f", (pc > 0 ? oc / pc : 0), (pc > pn ? (oc - on) / (pc - pn) : 0)
+        printf " | ours per burst on a running exporter: cpu %.2f s, %.2f s without the doorbells, ratio to a perftest run without its doorbells %.3f",
+          burst, burst - on, (pc > pn ? (burst - on) / (pc - pn) : 0) }')
       echo "$pct%: $line"
       lab_result "cpu_$pct" "$line"
     done

@@ -10,6 +10,13 @@
 use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, SyncSender};
+
+/// Frames queued per egress port. When a port's queue is full the frame is dropped, as a
+/// switch drops on a congested egress port: a VM that stops reading its socket for a while
+/// (its virtio receive ring full under emulation) must not stall the other ports. A single
+/// blocking send loop did exactly that: one full receiver blocked the whole switch.
+const EGRESS_QUEUE_FRAMES: usize = 512;
 
 fn main() {
     let mut args = std::env::args_os().skip(1).map(PathBuf::from);
@@ -26,6 +33,27 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // One sender thread per port, each with its own handle on the bound socket (frames must
+    // come from switch.sock) and a bounded queue.
+    let egress: Vec<SyncSender<Vec<u8>>> = ports
+        .iter()
+        .map(|path| {
+            let (tx, rx) = sync_channel::<Vec<u8>>(EGRESS_QUEUE_FRAMES);
+            let out = socket.try_clone().unwrap_or_else(|e| {
+                eprintln!("lab-switch: cannot clone the socket: {e}");
+                std::process::exit(1);
+            });
+            let path = path.clone();
+            std::thread::spawn(move || {
+                for frame in rx {
+                    // A VM that is down (or not yet up) has no socket: dropping the frame is
+                    // what a switch port with no link does.
+                    let _ = out.send_to(&frame, &path);
+                }
+            });
+            tx
+        })
+        .collect();
     // Source MAC -> port index, learned from traffic; unknown and broadcast destinations flood.
     let mut table: HashMap<[u8; 6], usize> = HashMap::new();
     let mut frame = vec![0u8; 65536];
@@ -57,9 +85,8 @@ fn main() {
         };
         for port in targets {
             if port != ingress {
-                // A VM that is down (or not yet up) has no socket: dropping the frame is what a
-                // switch port with no link does.
-                let _ = socket.send_to(&frame[..len], &ports[port]);
+                // Full queue: drop (see EGRESS_QUEUE_FRAMES).
+                let _ = egress[port].try_send(frame[..len].to_vec());
             }
         }
     }

@@ -21,7 +21,8 @@ case $LAB_NODE in
       lab_wait_signal node1 "want-perftest-$round" 900 || exit 1
       [ -e /mnt/nodes/node1/signal-bench-done ] && break
       args=$(cat /mnt/nodes/node1/perftest-args-$round)
-      ib_write_bw -d rxe0 -x 1 -F $args >perftest-server-$round.txt 2>&1 &
+      # Bounded: a client that never connects (a broken run) must not hang the lab.
+      timeout 300 ib_write_bw -d rxe0 -x 1 -F $args >perftest-server-$round.txt 2>&1 &
       pid=$!
       lab_wait_listening 18515 || exit 1
       lab_signal "perftest-up-$round"

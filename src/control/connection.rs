@@ -153,12 +153,46 @@ pub async fn connect(addr: &str, deadline: Duration) -> Result<Connection, Contr
     })
 }
 
+/// TCP keepalive on control connections. The channel is silent while a burst runs, so a peer
+/// whose node lost power would otherwise be noticed only at the idle timeout: a responder would
+/// keep the device's burst slot (every other prober gets `busy`) for that long. Keepalive
+/// probes are answered by the peer's kernel however busy the peer process is, so a long burst
+/// is never mistaken for a dead peer.
+pub const KEEPALIVE: Keepalive = Keepalive {
+    idle: Duration::from_secs(5),
+    interval: Duration::from_secs(2),
+    retries: 3,
+};
+
+/// When a silent peer is declared dead: `idle + interval * retries` after its last sign of life.
+#[derive(Debug, Clone, Copy)]
+pub struct Keepalive {
+    pub idle: Duration,
+    pub interval: Duration,
+    pub retries: u32,
+}
+
+impl Keepalive {
+    /// Longest time from a peer's last sign of life to a failed read.
+    pub fn detection_bound(&self) -> Duration {
+        self.idle + self.interval * self.retries
+    }
+
+    fn to_socket2(self) -> socket2::TcpKeepalive {
+        socket2::TcpKeepalive::new()
+            .with_time(self.idle)
+            .with_interval(self.interval)
+            .with_retries(self.retries)
+    }
+}
+
 impl Connection {
     /// Wrap an accepted or connected stream. Sets `TCP_NODELAY`: control messages are small
     /// request/response pairs, and Nagle would add up to a delayed-ACK timeout to each round trip
-    /// (which shows up in the measured setup time).
+    /// (which shows up in the measured setup time). Turns on TCP keepalive (see [`KEEPALIVE`]).
     pub fn new(stream: TcpStream) -> io::Result<Connection> {
         stream.set_nodelay(true)?;
+        socket2::SockRef::from(&stream).set_tcp_keepalive(&KEEPALIVE.to_socket2())?;
         let peer = stream.peer_addr().ok();
         Ok(Connection {
             stream,
@@ -444,6 +478,22 @@ mod tests {
             .await
             .map(|()| conn);
         (client, server.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn both_ends_turn_on_keepalive() {
+        let (l, addr) = listener().await;
+        let client = connect(&addr, DEADLINE).await.unwrap();
+        let (accepted, _) = l.accept().await.unwrap();
+        let server = Connection::new(accepted).unwrap();
+        for conn in [&client, &server] {
+            let sock = socket2::SockRef::from(&conn.stream);
+            assert!(sock.keepalive().unwrap());
+            assert_eq!(sock.tcp_keepalive_time().unwrap(), KEEPALIVE.idle);
+            assert_eq!(sock.tcp_keepalive_interval().unwrap(), KEEPALIVE.interval);
+            assert_eq!(sock.tcp_keepalive_retries().unwrap(), KEEPALIVE.retries);
+        }
+        assert_eq!(KEEPALIVE.detection_bound(), Duration::from_secs(11));
     }
 
     #[tokio::test]

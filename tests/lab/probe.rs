@@ -18,10 +18,14 @@ fn json(run: &LabRun, node: &str, file: &str) -> Value {
 }
 
 fn exit_code(run: &LabRun, name: &str) -> String {
-    run.file("node1", "exits")
+    exit_code_on(run, "node1", name)
+}
+
+fn exit_code_on(run: &LabRun, node: &str, name: &str) -> String {
+    run.file(node, "exits")
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{name} exit=")).map(str::to_string))
-        .unwrap_or_else(|| panic!("no exit code for {name}: {}", run.log("node1")))
+        .unwrap_or_else(|| panic!("no exit code for {name}: {}", run.log(node)))
 }
 
 fn f64_of(v: &Value, key: &str) -> f64 {
@@ -148,4 +152,36 @@ fn losing_the_responder_node_mid_burst_ends_the_probe() {
         after <= 8.0,
         "probe took {after} s after the node stopped: {loss}"
     );
+}
+
+#[test]
+fn losing_the_prober_node_mid_burst_frees_the_responder() {
+    let run = support::run("prober-loss", 2, "prober-loss.sh", &[BIN.as_ref()], 600);
+    run.assert_success();
+    let freed: f64 = run.results("node2")["slot_freed_after_seconds"]
+        .parse()
+        .unwrap();
+    eprintln!("prober node loss: the responder ended the session {freed:.2} s after the power cut");
+    // TCP keepalive declares the silent prober dead at most 11 s after its last sign of life
+    // (KEEPALIVE in control/connection.rs); without it, only the 60 s idle timeout would.
+    assert!(
+        freed <= 20.0,
+        "responder held the session {freed} s after the prober's node stopped:\n{}",
+        run.file("node2", "responder.log")
+    );
+    // The device's burst slot is free again: the next prober is served, not told busy.
+    let after = json(&run, "node2", "after.json");
+    assert_eq!(exit_code_on(&run, "node2", "after"), "0", "{after}");
+    assert!(after["deferred"].is_null(), "{after}");
+    assert_eq!(after["validated"], true, "{after}");
+    let scrape = run.file("node2", "responder-metrics.txt");
+    assert_eq!(
+        promtool::sample(
+            &scrape,
+            r#"rdma_probe_responder_sessions_total{device="rxe0",result="accepted"}"#
+        ),
+        Some(2.0),
+        "{scrape}"
+    );
+    assert!(!scrape.contains(r#"result="busy""#), "{scrape}");
 }

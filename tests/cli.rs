@@ -389,20 +389,23 @@ fn failed_probe_in_table_mode_prints_the_error_only() {
     );
 }
 
+/// An unauthenticated responder on an ephemeral loopback port.
+const LOOPBACK_RESPONDER: [&str; 6] = [
+    "responder",
+    "--no-auth",
+    "--node",
+    "test",
+    "--listen",
+    "127.0.0.1:0",
+];
+
 /// A responder either fails to start with a clear error (no usable RDMA port here) or runs
 /// until SIGTERM and then exits 0.
 #[test]
 fn responder_fails_clearly_or_stops_gracefully_on_sigterm() {
-    let child = command(&[
-        "responder",
-        "--no-auth",
-        "--node",
-        "test",
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .spawn()
-    .expect("start the binary");
+    let child = command(&LOOPBACK_RESPONDER)
+        .spawn()
+        .expect("start the binary");
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(1500));
     let mut child = child;
@@ -454,16 +457,9 @@ fn responder_refuses_bad_limits() {
 fn responder_reports_a_taken_metrics_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let r = run(&[
-        "responder",
-        "--no-auth",
-        "--node",
-        "test",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        &addr,
-    ]);
+    let mut args = LOOPBACK_RESPONDER.to_vec();
+    args.extend(["--metrics-listen", &addr]);
+    let r = run(&args);
     r.assert_no_panic();
     assert_eq!(r.code(), 1, "{}", r.describe());
     assert!(

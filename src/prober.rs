@@ -252,6 +252,8 @@ impl Session {
             endpoints: set.endpoints()?,
             mtu: set.path_mtu(u32::MAX, settings.mtu).bytes(),
             link_rate_bits_per_second: local_rate,
+            traffic_class: settings.traffic_class,
+            service_level: settings.service_level,
         });
         let accept = match conn.request(&request, settings.timeout).await? {
             Message::SessionAccept(a) => a,

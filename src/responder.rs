@@ -379,8 +379,9 @@ fn open_session(
     let path = PathOptions {
         mtu: None,
         gid_index: settings.local.gid_index,
-        traffic_class: 0,
-        service_level: 0,
+        // The responder sends only ACKs; they travel in the prober's class (see SessionRequest).
+        traffic_class: request.traffic_class,
+        service_level: request.service_level,
         qp_timeout: 14, // unused: the responder never sends
     };
     let shape = QpSetShape {

@@ -1,6 +1,7 @@
 # Two nodes: node2 runs the responder, node1 probes it: a validated burst, a 50 Mbps paced burst,
 # a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy);
-# then node1 scrapes the responder's /metrics.
+# then node1 scrapes the responder's /metrics. node2 checks that the ACKs of a probe in traffic
+# class 104 (DSCP 26) carry that class on the wire.
 bin=rdma-probe-exporter
 echo "lab-psk-0123456789abcdef" >/tmp/psk
 echo "some-other-key-0123456789" >/tmp/wrong-psk
@@ -9,11 +10,19 @@ case $LAB_NODE in
     $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
       --metrics-listen 0.0.0.0:9587 >responder.log 2>&1 &
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    # RoCE v2 packets this node sends are the responder's ACKs: capture the first few whose IP
+    # DSCP is 26 (traffic class 104), which only the long probe asks for.
+    timeout 300 tcpdump -n -p -i "$LAB_NIC" -c 5 \
+      "src host $(lab_addr node2) and udp dst port 4791 and (ip[1] & 0xfc) == 104" >acks-dscp26.txt 2>tcpdump.err &
+    capture=$!
+    sleep 1
     lab_signal responder-up
     lab_wait_signal node1 done 600
     kill -TERM %1
     wait %1
     echo "responder exit: $?"
+    kill $capture 2>/dev/null; wait $capture
+    lab_result acks_dscp26 "$(grep -c ' > ' acks-dscp26.txt)"
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1
@@ -33,7 +42,8 @@ case $LAB_NODE in
     $bin probe "$peer" --device rxe0 --psk-file /tmp/wrong-psk --json --messages 10 >wrong-psk.json
     echo "wrong-psk exit=$?" >>exits
     # A long paced burst, and a second prober while it runs.
-    probe --duration 8s --rate-limit 10Mbps >long.json &
+    # In a lossless-style class (DSCP 26): the responder ACKs in the same class.
+    probe --duration 8s --rate-limit 10Mbps --traffic-class 104 --service-level 3 >long.json &
     long=$!
     sleep 3
     probe --messages 10 >busy.json; echo "busy exit=$?" >>exits

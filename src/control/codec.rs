@@ -191,6 +191,8 @@ mod tests {
                 endpoints: vec![ep(0), ep(1)],
                 mtu: 4096,
                 link_rate_bits_per_second: Some(200_000_000_000),
+                traffic_class: 106,
+                service_level: 3,
             }),
             Message::SessionRequest(SessionRequest {
                 device: None,
@@ -200,6 +202,8 @@ mod tests {
                 endpoints: vec![ep(9)],
                 mtu: 1024,
                 link_rate_bits_per_second: None,
+                traffic_class: 0,
+                service_level: 0,
             }),
             Message::SessionAccept(SessionAccept {
                 device: "mlx5_1".into(),
@@ -426,6 +430,24 @@ mod tests {
     }
 
     #[test]
+    fn session_request_without_traffic_class_decodes_as_class_zero() {
+        let Message::SessionRequest(mut request) = all_messages()[4].clone() else {
+            unreachable!()
+        };
+        let mut json = serde_json::to_value(Message::SessionRequest(request.clone())).unwrap();
+        // Internally tagged: the request's fields sit beside "type".
+        let fields = json.as_object_mut().expect("a JSON object");
+        assert!(fields.remove("traffic_class").is_some());
+        assert!(fields.remove("service_level").is_some());
+        let payload = serde_json::to_vec(&json).unwrap();
+        let (decoded, _) = decode(&frame(PROTOCOL_VERSION, 0, &payload))
+            .unwrap()
+            .expect("a whole frame");
+        (request.traffic_class, request.service_level) = (0, 0);
+        assert_eq!(decoded, Message::SessionRequest(request));
+    }
+
+    #[test]
     fn invalid_sessions_are_rejected_on_decode_and_encode() {
         let Message::SessionRequest(good) = all_messages()[4].clone() else {
             unreachable!()
@@ -444,6 +466,7 @@ mod tests {
             ("message size 0", |r| r.message_size = 0),
             ("region too small", |r| r.region_bytes = r.message_size - 1),
             ("mtu", |r| r.mtu = 1500),
+            ("service level 5 bits", |r| r.service_level = 16),
             ("qpn 25 bits", |r| r.endpoints[0].qpn = 1 << 24),
             ("psn 25 bits", |r| r.endpoints[1].psn = u32::MAX),
             ("empty device", |r| r.device = Some(String::new())),

@@ -112,6 +112,9 @@ pub enum Message {
     Close,
 }
 
+/// InfiniBand service levels are 4 bits.
+pub const MAX_SERVICE_LEVEL: u8 = 15;
+
 /// What the prober asks the responder to set up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRequest {
@@ -129,6 +132,13 @@ pub struct SessionRequest {
     pub mtu: u32,
     /// The prober port's link rate, if known; the unpaced target is the lower of both ends.
     pub link_rate_bits_per_second: Option<u64>,
+    /// Traffic class (RoCE: DSCP << 2) and service level of the data. The responder sends its
+    /// ACKs with the same, so probing a lossless class tests that class in both directions.
+    /// Absent (a prober from before these fields): 0.
+    #[serde(default)]
+    pub traffic_class: u8,
+    #[serde(default)]
+    pub service_level: u8,
 }
 
 /// What the responder set up for a [`SessionRequest`].
@@ -249,6 +259,12 @@ impl SessionRequest {
             return Err(format!(
                 "session_request.message_size must be 1..={MAX_MESSAGE_SIZE}, got {}",
                 self.message_size
+            ));
+        }
+        if self.service_level > MAX_SERVICE_LEVEL {
+            return Err(format!(
+                "session_request.service_level must be 0..={MAX_SERVICE_LEVEL}, got {}",
+                self.service_level
             ));
         }
         if self.region_bytes < self.message_size {

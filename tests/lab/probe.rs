@@ -107,6 +107,14 @@ fn probe_between_two_nodes() {
     let long = json(&run, "node1", "long.json");
     assert_eq!(exit_code(&run, "long"), "0", "{long}");
     assert_eq!(long["validated"], true, "{long}");
+    // That probe asked for traffic class 104: the responder's ACKs carried DSCP 26 on the wire.
+    assert_eq!(
+        run.results("node2").get("acks_dscp26").map(String::as_str),
+        Some("5"),
+        "ACKs in DSCP 26 captured on node2:\n{}\n{}",
+        run.file("node2", "acks-dscp26.txt"),
+        run.file("node2", "tcpdump.err")
+    );
 
     // The responder's /metrics, scraped over the lab network: every session above is counted
     // by how it was answered, the process metrics are there, and promtool accepts it all.

@@ -10,6 +10,9 @@ bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
 echo "lab-psk-0123456789abcdef" >/tmp/psk
 TIMEFORMAT='%U %S'
+# Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
+# emulation retransmits spuriously (lab-notes; tests/lab/probe.rs).
+QP_TIMEOUT=17
 case $LAB_NODE in
   node2)
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
@@ -22,7 +25,7 @@ case $LAB_NODE in
       [ -e /mnt/nodes/node1/signal-bench-done ] && break
       args=$(cat /mnt/nodes/node1/perftest-args-$round)
       # Bounded: a client that never connects (a broken run) must not hang the lab.
-      timeout 300 ib_write_bw -d rxe0 -x 1 -F $args >perftest-server-$round.txt 2>&1 &
+      timeout 300 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" $args >perftest-server-$round.txt 2>&1 &
       pid=$!
       lab_wait_listening 18515 || exit 1
       lab_signal "perftest-up-$round"
@@ -53,16 +56,25 @@ case $LAB_NODE in
       lab_signal "want-perftest-$round"
       lab_wait_signal node2 "perftest-up-$round" || return 1
       local out="perftest-client-$round.txt"
-      measure "$out" "$out" ib_write_bw -d rxe0 -x 1 -F "$@" "$peer"
+      measure "$out" "$out" ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" "$@" "$peer"
       local bw
       bw=$(awk '/#bytes/ {getline; print $4}' "$out")
       RESULT="${bw:-0} $(cat "$out.cpu")"
       LAST=$out
     }
     # ours NAME ARGS...: one probe; sets RESULT to "bw_gbps cpu_user cpu_sys", keeps NAME.json.
+    # A probe that fails (Soft-RoCE under emulation has stalled a burst after retransmits: no
+    # completion and no error) is run once more, like ib_write_bw after a failed calibration;
+    # every failed try is recorded (ours-failed-tries) and reported, and a second failure stays.
     ours() {
       local name=$1; shift
-      measure "$name.json" "$name.err" $bin probe "$peer:18516" --device rxe0 --psk-file /tmp/psk --json "$@"
+      local try
+      for try in 1 2; do
+        measure "$name.json" "$name.err" $bin probe "$peer:18516" --device rxe0 --psk-file /tmp/psk \
+          --json --qp-timeout "$QP_TIMEOUT" "$@"
+        grep -q '"error":null' "$name.json" && break
+        echo "$name try $try: $(cat "$name.err")" >>ours-failed-tries
+      done
       local bw
       bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.6f" % (d.get("bandwidth_bytes_per_second", 0) * 8e-9))' "$name.json" 2>/dev/null || echo 0)
       RESULT="$bw $(cat "$name.json.cpu")"
@@ -75,8 +87,14 @@ case $LAB_NODE in
       ratio=$(awk -v a="$obw" -v b="$pbw" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
       echo "round $r: ib_write_bw $pbw Gb/s, ours $obw Gb/s, ratio $ratio"
       lab_result "bw_round_$r" "perftest=$pbw ours=$obw ratio=$ratio"
-      link=$(awk -v a="${link:-0}" -v b="$pbw" 'BEGIN {print (b > a ? b : a)}') # the best seen
+      seen="${seen:-} $pbw"
     done
+    # What the link does: the median of ib_write_bw's rounds. Not the best round: under
+    # emulation perftest's clock calibration sometimes inflates one round (0.12 Gb/s printed
+    # among 0.07-0.09), which would put "50%" well above half of the real link.
+    link=$(echo $seen | tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
+    echo "link (median of ib_write_bw rounds): $link Gb/s"
+    lab_result link_gbps "$link"
     echo "== 2. pacing (ours), burst >= 3 s"
     for limit in 10 20 40; do
       msgs=$(awk -v m="$limit" 'BEGIN {printf "%d", m * 1e6 / 8 / 65536 * 4}')
@@ -120,6 +138,9 @@ print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get
       echo "$pct%: $line"
       lab_result "cpu_$pct" "$line"
     done
+    touch ours-failed-tries
+    lab_result ours_failed_tries "$(wc -l <ours-failed-tries)"
+    lab_result ours_failures "$(grep -L '"error":null' ./*.json | wc -l)"
     lab_signal bench-done
     round=$((round + 1)); lab_signal "want-perftest-$round"
     ;;

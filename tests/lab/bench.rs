@@ -26,6 +26,13 @@ fn benchmark_prints_side_by_side_figures() {
         assert!(!value.is_empty() && !value.contains("=0 "), "{key}={value}");
     }
     assert_eq!(results["warm"].split_whitespace().count(), 5, "{results:?}");
+    // Every probe of ours succeeded (a failed one is retried once; the failed tries are shown).
+    eprintln!(
+        "failed tries of our probe, each rerun once: {}\n{}",
+        results["ours_failed_tries"],
+        run.file("node1", "ours-failed-tries")
+    );
+    assert_eq!(results["ours_failures"], "0", "{results:?}");
     // The doorbell shim saw every post of both tools (one uverbs write per message on
     // Soft-RoCE), so the CPU figures without the NIC emulation rest on a real measurement.
     for key in ["cpu_25", "cpu_50"] {

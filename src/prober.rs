@@ -381,7 +381,7 @@ impl Session {
         }
 
         // The burst runs on the session's own OS thread, which owns the QP set meanwhile.
-        let (set, result) = self
+        let (mut set, result) = self
             .worker
             .run(BurstJob {
                 set,
@@ -416,7 +416,6 @@ impl Session {
             .map(|t| t.saturating_duration_since(requested).as_secs_f64());
         outcome.post_seconds = Some(timing.posting.as_secs_f64());
         outcome.report = Some(report);
-        let mut set = set;
         self.seed = prepare_pattern(&mut set);
         self.set = Some(set);
         let end = Message::BurstEnd {

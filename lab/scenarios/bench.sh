@@ -127,9 +127,10 @@ print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get
       ours "cpu-$pct" --messages "$N" --rate-limit "${mbps}Mbps"
       set -- $RESULT; obw=$1 ou=$2 os=$3; set -- $(cat "$LAST.nic"); onic=$1 odb=$2
       set -- $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%.3f" % (d.get(k) or 0) for k in ("post_seconds", "cpu_seconds", "process_cpu_seconds")))' "cpu-$pct.json")
-      line=$(awk -v g="$gbps" -v pb="$pbw" -v pc="$(awk -v u="$pu" -v s="$ps" 'BEGIN {print u + s}')" -v pn="$pnic" -v pd="$pdb" \
-        -v ob="$obw" -v oc="$(awk -v u="$ou" -v s="$os" 'BEGIN {print u + s}')" -v on="$onic" -v od="$odb" \
+      line=$(awk -v g="$gbps" -v pb="$pbw" -v pu="$pu" -v ps="$ps" -v pn="$pnic" -v pd="$pdb" \
+        -v ob="$obw" -v ou="$ou" -v os="$os" -v on="$onic" -v od="$odb" \
         -v post="$1" -v bt="$2" -v burst="$3" 'BEGIN {
+        pc = pu + ps; oc = ou + os
         printf "limit %.4f Gb/s: ib_write_bw %.4f Gb/s (err %+.2f%%) cpu %.2f s, %.2f s of it in %d doorbells", g, pb, (pb / g - 1) * 100, pc, pn, pd
         printf " | ours %.4f Gb/s (err %+.2f%%) cpu %.2f s, %.2f s of it in %d doorbells (burst thread %.2f s; %.2f s wall inside ibv_post_send)", ob, (ob / g - 1) * 100, oc, on, od, bt, post
         printf " | cpu ratio ours/perftest %.3f; without the doorbells %.3f", (pc > 0 ? oc / pc : 0), (pc > pn ? (oc - on) / (pc - pn) : 0)

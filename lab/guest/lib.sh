@@ -107,3 +107,35 @@ lab_perftest_pair() {
   [ "$LAB_NODE" = "$client" ] && cat "perftest-$tag-client.txt"
   return 1
 }
+
+# lab_json FILE KEY: a top-level field of the JSON object in FILE (empty when absent).
+lab_json() { /usr/bin/python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2" 2>/dev/null; }
+
+# lab_link_fraction_mbps FILE PERCENT: PERCENT of the bandwidth a probe's JSON in FILE measured,
+# in whole Mb/s (at least 1). Rate-dependent checks take their limits from the link measured in
+# the same run: a fixed limit is a fraction of a fast machine's link and above a slow one's.
+lab_link_fraction_mbps() {
+  local bw
+  bw=$(lab_json "$1" bandwidth_bytes_per_second)
+  [ -n "$bw" ] || { echo "lab_link_fraction_mbps: no bandwidth in $1" >&2; return 1; }
+  awk -v b="$bw" -v p="$2" 'BEGIN { m = int(b * 8e-6 * p / 100); print (m < 1 ? 1 : m) }'
+}
+
+# lab_messages_for MBPS SECONDS [SIZE]: how many SIZE-byte messages (default 65536) take SECONDS at
+# MBPS (at least 10).
+lab_messages_for() {
+  awk -v r="$1" -v s="$2" -v z="${3:-65536}" 'BEGIN { n = int(r * 1e6 / 8 * s / z); print (n < 10 ? 10 : n) }'
+}
+
+# lab_wait_metric URL SERIES MIN [TIMEOUT_S]: waits until the sample of SERIES (the exact series
+# text, labels included) scraped from URL is at least MIN. For waiting on an event the scenario
+# cannot see directly (a session set up on a peer) instead of sleeping a guessed time.
+lab_wait_metric() {
+  local url=$1 series=$2 min=$3 limit=${4:-120} start=$SECONDS value
+  while :; do
+    value=$(curl -sS --max-time 5 "$url" 2>/dev/null | awk -v s="$series" 'index($0, s " ") == 1 {print $2; exit}')
+    [ -n "$value" ] && awk -v v="$value" -v m="$min" 'BEGIN {exit !(v >= m)}' && return 0
+    [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_metric: $series stayed below $min at $url" >&2; return 1; }
+    sleep 0.2
+  done
+}

@@ -1,4 +1,5 @@
-# Two nodes: node2 runs the responder, node1 probes it: a validated burst, a 50 Mbps paced burst,
+# Two nodes: node2 runs the responder, node1 probes it: a validated burst, a paced burst at 40% of
+# the bandwidth that burst measured,
 # a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy);
 # then node1 scrapes the responder's /metrics. node2 checks that the ACKs of a probe in traffic
 # class 104 (DSCP 26) carry that class on the wire.
@@ -32,20 +33,31 @@ case $LAB_NODE in
     # duplicate_request) cost the loaded VM the CPU the paced sender needs to stay on time.
     probe() { $bin probe "$peer" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 "$@"; }
     probe --messages 200 >success.json; echo "success exit=$?" >>exits
-    # ~8.4 s: the last completion trails the last post by a transfer plus an ACK delay (tens of
-    # ms on this emulated link), which biases a short burst's rate low.
-    probe --messages 800 --rate-limit 50Mbps >paced.json; echo "paced exit=$?" >>exits
+    # Paced at 40% of the link just measured (a fixed limit would be most of a slow machine's
+    # link), for ~8 s: the last completion trails the last post by a transfer plus an ACK delay
+    # (tens of ms on this emulated link), which biases a short burst's rate low.
+    paced_mbps=$(lab_link_fraction_mbps success.json 40) || exit 1
+    lab_result paced_mbps "$paced_mbps"
+    probe --messages "$(lab_messages_for "$paced_mbps" 8)" --rate-limit "${paced_mbps}Mbps" >paced.json
+    echo "paced exit=$?" >>exits
     # An unpaced burst longer than --timeout: the timeout bounds stalls, not the burst.
-    probe --messages 2000 --timeout 5s >long-unpaced.json; echo "long-unpaced exit=$?" >>exits
+    # ~8 s at the link's measured rate, whatever this machine's link does.
+    long_messages=$(lab_messages_for "$(lab_link_fraction_mbps success.json 100)" 8) || exit 1
+    lab_result long_messages "$long_messages"
+    probe --messages "$long_messages" --timeout 5s >long-unpaced.json; echo "long-unpaced exit=$?" >>exits
     $bin probe "$(lab_addr node2):1" --device rxe0 --psk-file /tmp/psk --json --messages 10 >refused.json
     echo "refused exit=$?" >>exits
     $bin probe "$peer" --device rxe0 --psk-file /tmp/wrong-psk --json --messages 10 >wrong-psk.json
     echo "wrong-psk exit=$?" >>exits
     # A long paced burst, and a second prober while it runs.
     # In a lossless-style class (DSCP 26): the responder ACKs in the same class.
-    probe --duration 8s --rate-limit 10Mbps --traffic-class 104 --service-level 3 >long.json &
+    probe --duration 8s --rate-limit "$(lab_link_fraction_mbps success.json 15)Mbps" --traffic-class 104 --service-level 3 >long.json &
     long=$!
-    sleep 3
+    # The busy prober must arrive while that burst runs: wait for the responder to have set its
+    # session up (the 4th accepted; under load setup takes 0.3-2 s), then into its 8 s burst.
+    lab_wait_metric "http://$(lab_addr node2):9587/metrics" \
+      'rdma_probe_responder_sessions_total{device="rxe0",result="accepted"}' 4 60 || exit 1
+    sleep 2
     probe --messages 10 >busy.json; echo "busy exit=$?" >>exits
     wait $long; echo "long exit=$?" >>exits
     # The responder's counters and process metrics, as Prometheus would scrape them.

@@ -102,7 +102,9 @@ pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u3
         .arg("--timeout")
         .arg(timeout_s.to_string());
     for bin in bins {
-        cmd.arg("--bin").arg(root.join(bin));
+        let path = root.join(bin);
+        assert_fresh(&root, &path);
+        cmd.arg("--bin").arg(path);
     }
     let started = std::time::Instant::now();
     let out = cmd
@@ -126,6 +128,42 @@ pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u3
         dir,
         status,
         output,
+    }
+}
+
+/// Panics unless `bin` exists and is newer than every source it is built from: a lab test must
+/// never pass or fail on a stale build (scripts/test builds the release binaries first).
+fn assert_fresh(root: &Path, bin: &Path) {
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: build it first (cargo build --release --bins)",
+                bin.display()
+            )
+        });
+    let mut sources = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                sources.push(path);
+            }
+        }
+    }
+    for source in sources {
+        let changed = std::fs::metadata(&source).and_then(|m| m.modified());
+        if let Ok(changed) = changed {
+            assert!(
+                changed <= built,
+                "{} is older than {}: rebuild it (cargo build --release --bins)",
+                bin.display(),
+                source.display()
+            );
+        }
     }
 }
 

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::burst::engine::{run_burst, BurstTargets, BurstTiming, EngineError};
+use crate::burst::engine::{run_burst, BurstFailure, BurstTargets, BurstTiming, EngineError};
+use crate::burst::run::burst_deadline;
 use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
 use crate::config::{RateLimit, ResolveError};
 use crate::control::{
@@ -58,6 +59,9 @@ pub struct ProbeSettings {
     pub auth: AuthMode,
     /// Deadline for every control exchange, and how long a burst may overrun its plan.
     pub timeout: Duration,
+    /// Most memory the session's regions may take on each end: a burst whose messages fit is
+    /// verified message by message, a longer one over its last messages (as many as fit).
+    pub max_session_bytes: u64,
 }
 
 /// The result of one probe, successful or not: what `probe --json` prints.
@@ -72,6 +76,13 @@ pub struct ProbeOutcome {
     pub setup_seconds: Option<f64>,
     /// Whether the responder verified the data pattern after the burst.
     pub validated: bool,
+    /// How many messages the responder checked, each at its own offset: every message when the
+    /// burst fits the session's regions, else the last ones of each QP.
+    pub verified_messages: Option<u64>,
+    /// Whether this burst's session was set up for it (first burst, or a rebuild after a
+    /// failure or after the responder closed an idle session): its setup cost is in
+    /// `setup_seconds`.
+    pub new_session: bool,
     pub device: Option<String>,
     pub peer_device: Option<String>,
     pub mtu: Option<u32>,
@@ -115,6 +126,7 @@ impl ProbeOutcome {
     fn record_error(&mut self, error: &ProbeError) {
         match error {
             ProbeError::Busy { .. } => self.deferred = Some("busy".into()),
+            ProbeError::SessionClosed => self.error = Some(ErrorReason::Connect),
             ProbeError::Failed { reason, .. } => self.error = Some(*reason),
         }
         self.message = Some(error.to_string());
@@ -126,6 +138,10 @@ impl ProbeOutcome {
 pub enum ProbeError {
     #[error("the responder is busy with another prober's burst (retry after {retry_after_ms} ms)")]
     Busy { retry_after_ms: u32 },
+    /// The responder ended the warm session (its idle timeout) before this burst: not a link
+    /// failure; the caller rebuilds the session and tries again.
+    #[error("the responder closed the session before the burst")]
+    SessionClosed,
     #[error("{message}")]
     Failed {
         reason: ErrorReason,
@@ -145,6 +161,7 @@ impl ProbeError {
     pub fn reason(&self) -> Option<ErrorReason> {
         match self {
             ProbeError::Busy { .. } => None,
+            ProbeError::SessionClosed => Some(ErrorReason::Connect),
             ProbeError::Failed { reason, .. } => Some(*reason),
         }
     }
@@ -182,13 +199,67 @@ impl From<ResolveError> for ProbeError {
 
 /// Runs one burst on a fresh session and closes it: what `probe` does.
 pub async fn probe_once(settings: &ProbeSettings) -> ProbeOutcome {
-    let mut session = match Session::establish(settings).await {
-        Ok(s) => s,
-        Err(e) => return ProbeOutcome::failed(settings, &e),
-    };
-    let outcome = session.burst().await;
-    session.close().await;
+    let mut warm = WarmSession::new(settings.clone());
+    let outcome = warm.burst().await;
+    warm.close().await;
     outcome
+}
+
+/// A session to one responder kept warm across bursts: built on the first burst, rebuilt after
+/// a failure (an errored QP is never reused) and when the responder closed it while idle; a
+/// rebuild is setup (`new_session`, `setup_seconds`), never a link failure.
+pub struct WarmSession {
+    settings: ProbeSettings,
+    session: Option<Session>,
+}
+
+impl WarmSession {
+    pub fn new(settings: ProbeSettings) -> Self {
+        WarmSession {
+            settings,
+            session: None,
+        }
+    }
+
+    /// Runs one burst, (re)building the session first when needed.
+    pub async fn burst(&mut self) -> ProbeOutcome {
+        let mut rebuilt_once = false;
+        loop {
+            let fresh = self.session.is_none();
+            let session = match &mut self.session {
+                Some(s) => s,
+                None => match Session::establish(&self.settings).await {
+                    Ok(s) => self.session.insert(s),
+                    Err(e) => {
+                        let mut outcome = ProbeOutcome::failed(&self.settings, &e);
+                        outcome.new_session = true;
+                        return outcome;
+                    }
+                },
+            };
+            let mut outcome = session.burst().await;
+            outcome.new_session = fresh;
+            let closed_by_responder = session.closed_by_responder;
+            if !session.is_usable() || closed_by_responder {
+                if let Some(old) = self.session.take() {
+                    old.close().await;
+                }
+            }
+            if closed_by_responder && !fresh && !rebuilt_once {
+                tracing::debug!(target = %self.settings.target, "the responder closed the idle session: rebuilding");
+                rebuilt_once = true;
+                continue;
+            }
+            return outcome;
+        }
+    }
+
+    /// Says goodbye to the responder (best effort) and releases everything.
+    pub async fn close(mut self) {
+        if let Some(session) = self.session.take() {
+            session.close().await;
+        }
+    }
 }
 
 /// A warm session to one responder: control connection, connected QPs and registered memory,
@@ -209,7 +280,11 @@ pub struct Session {
     next_burst_id: u64,
     /// Seed of the pattern already in the local slots for the next burst.
     seed: u64,
+    /// Message slots per QP on both ends (see `session`).
+    slots: u64,
     worker: BurstWorker,
+    /// The responder ended the session before a burst (idle timeout): rebuild, not a failure.
+    closed_by_responder: bool,
 }
 
 impl Session {
@@ -229,10 +304,14 @@ impl Session {
         let shape = QpSetShape {
             qps: settings.qps,
             slot_bytes: settings.message_size,
+            slots: wanted_slots(settings),
             send_depth: settings.tx_depth,
             recv_depth: 1,
         };
-        let mut set = QpSet::create(ctx, shape, &path)?;
+        // Registering (pinning) a large region is a blocking system call.
+        let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
+            .await
+            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
         let device = set.ctx.device_name().to_string();
         let local_rate = set.ctx.port_info().link_rate_bits_per_second;
 
@@ -248,7 +327,7 @@ impl Session {
             device: None,
             qps: u32::from(settings.qps),
             message_size: settings.message_size,
-            region_bytes: settings.message_size,
+            region_bytes: set.region_bytes(),
             endpoints: set.endpoints()?,
             mtu: set.path_mtu(u32::MAX, settings.mtu).bytes(),
             link_rate_bits_per_second: local_rate,
@@ -277,7 +356,10 @@ impl Session {
                 rkey: r.rkey,
             })
             .collect();
-        let seed = prepare_pattern(&mut set);
+        // Both ends use the smaller number of slots.
+        let granted = accept.regions.iter().map(|r| r.len).min().unwrap_or(0) / settings.message_size;
+        let slots = set.slots().min(granted).max(1);
+        let (set, seed) = prepare_pattern(set).await?;
         let worker = BurstWorker::start()?;
         let setup = started.elapsed();
         tracing::debug!(target = %settings.target, peer_device = %accept.device, mtu = mtu.bytes(),
@@ -295,7 +377,9 @@ impl Session {
             setup,
             next_burst_id: 1,
             seed,
+            slots,
             worker,
+            closed_by_responder: false,
         })
     }
 
@@ -355,6 +439,8 @@ impl Session {
         }
         let plan = builder.build()?;
         outcome.target_bandwidth_bytes_per_second = rate.map(|r| r.bytes_per_second()).or(link);
+        let deadline_ms = burst_deadline(&plan, timeout)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
 
         let set = self.set.take().ok_or_else(|| {
             ProbeError::new(
@@ -366,22 +452,28 @@ impl Session {
         self.next_burst_id += 1;
         // Filled after the previous burst (off the path from request to first WRITE).
         let seed = self.seed;
-        match self
-            .conn
-            .request(&Message::BurstStart { burst_id, seed }, timeout)
-            .await
-        {
+        let start = Message::BurstStart {
+            burst_id,
+            seed,
+            deadline_ms,
+        };
+        match self.conn.request(&start, timeout).await {
             Ok(Message::BurstReady { burst_id: id }) if id == burst_id => {}
             Ok(Message::Busy { retry_after_ms }) => {
                 self.set = Some(set); // nothing was posted: the session stays warm
                 return Err(ProbeError::Busy { retry_after_ms });
             }
             Ok(other) => return Err(ControlError::unexpected("burst_ready", other).into()),
+            // Nothing was posted: the responder ended the session while it was idle.
+            Err(ControlError::Closed | ControlError::Io(_)) => {
+                self.closed_by_responder = true;
+                return Err(ProbeError::SessionClosed);
+            }
             Err(e) => return Err(e.into()),
         }
 
         // The burst runs on the session's own OS thread, which owns the QP set meanwhile.
-        let (mut set, result) = self
+        let (set, result) = self
             .worker
             .run(BurstJob {
                 set,
@@ -389,12 +481,16 @@ impl Session {
                 plan,
                 imm: burst_id as u32,
                 timeout,
+                slots: self.slots,
             })
             .await?;
         let (report, timing) = match result {
             Ok(r) => r,
-            Err(e) => {
-                let failure = ProbeError::from(e);
+            Err(BurstFailure { error, partial }) => {
+                // What completed before the failure is still a measurement (a link slower than
+                // the pace gets its achieved bandwidth next to the error).
+                outcome.report = partial;
+                let failure = ProbeError::from(error);
                 // The QPs are in the error state: drop them; tell the responder best effort.
                 drop(set);
                 let end = Message::BurstEnd {
@@ -403,6 +499,7 @@ impl Session {
                         reason: failure.reason().unwrap_or(ErrorReason::WcOther),
                         detail: failure.to_string(),
                     },
+                    posted_per_qp: Vec::new(),
                 };
                 let _ = self
                     .conn
@@ -416,18 +513,23 @@ impl Session {
             .map(|t| t.saturating_duration_since(requested).as_secs_f64());
         outcome.post_seconds = Some(timing.posting.as_secs_f64());
         outcome.report = Some(report);
-        self.seed = prepare_pattern(&mut set);
-        self.set = Some(set);
         let end = Message::BurstEnd {
             burst_id,
             outcome: BurstOutcome::Completed,
+            posted_per_qp: timing.posted_per_qp,
         };
-        let result = match self.conn.request(&end, timeout).await? {
+        // The next burst's pattern is written while the responder verifies this one.
+        let (prepared, reply) = tokio::join!(prepare_pattern(set), self.conn.request(&end, timeout));
+        let (set, seed) = prepared?;
+        self.seed = seed;
+        self.set = Some(set);
+        let result = match reply? {
             Message::BurstResult(r) if r.burst_id == burst_id => r,
             other => return Err(ControlError::unexpected("burst_result", other).into()),
         };
         outcome.remote_counters = result.counters;
         outcome.validated = result.validated;
+        outcome.verified_messages = Some(result.verified_messages);
         if !result.validated {
             return Err(ProbeError::new(
                 ErrorReason::Validation,
@@ -456,9 +558,10 @@ struct BurstJob {
     plan: BurstPlan,
     imm: u32,
     timeout: Duration,
+    slots: u64,
 }
 
-type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), EngineError>);
+type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFailure>);
 
 /// The session's dedicated OS thread for bursts (a burst blocks: never on an async worker).
 /// Started once per session so a warm burst does not pay for a thread start; it ends when the
@@ -481,6 +584,7 @@ impl BurstWorker {
                             cq: &job.set.cq,
                             local: &job.set.mr,
                             remote: &job.remote,
+                            slots: job.slots,
                         },
                         &job.plan,
                         job.imm,
@@ -501,13 +605,31 @@ impl BurstWorker {
     }
 }
 
-/// Writes a fresh seeded pattern into every local slot and returns its seed.
-fn prepare_pattern(set: &mut QpSet) -> u64 {
-    let seed = random_seed();
-    for q in 0..set.qps.len() {
-        pattern::fill(seed, q as u32, set.slot_mut(q));
-    }
-    seed
+/// Writes a fresh seeded pattern into every local region (slot `k` of QP `q` holds stream `q`
+/// at offset `k * message_size`), on a blocking thread: the regions can be large.
+async fn prepare_pattern(mut set: QpSet) -> Result<(QpSet, u64), ProbeError> {
+    tokio::task::spawn_blocking(move || {
+        let seed = random_seed();
+        for q in 0..set.qps.len() {
+            pattern::fill(seed, q as u32, set.region_mut(q));
+        }
+        (set, seed)
+    })
+    .await
+    .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("pattern task: {e}")))
+}
+
+/// Message slots per QP to ask for: one per message of a count or bytes burst (every message
+/// verified), as many as the memory budget allows for a duration burst, and at least one.
+fn wanted_slots(settings: &ProbeSettings) -> u64 {
+    let size = settings.message_size.max(1);
+    let qps = u64::from(settings.qps.max(1));
+    let affordable = settings.max_session_bytes / size.saturating_mul(qps);
+    let needed = settings
+        .length
+        .total_messages(size)
+        .map_or(u64::MAX, |total| total.div_ceil(qps));
+    affordable.min(needed).max(1)
 }
 
 fn random_seed() -> u64 {

@@ -1,6 +1,13 @@
 //! The server side of probe sessions: authenticates probers, allocates a bounded MR and the QPs,
 //! advertises keys, allows one active burst per device (others get `busy`), verifies the data
 //! pattern after each burst, and releases everything on close, error or idle timeout.
+//!
+//! Admission is in two steps so that strangers cannot exhaust it: a connection first takes one
+//! of a few handshake permits (held only while it authenticates, under the control timeout),
+//! and only an authenticated prober takes a session permit. Sessions are served one handler per
+//! control message ([`SessionHandler`]). Registering, checking and freeing memory runs on
+//! blocking threads, never on the async workers, so one session's large region never stalls
+//! another's timers.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::burst::pattern;
 use crate::control::{
@@ -33,6 +40,11 @@ pub struct ResponderSettings {
     pub max_sessions: usize,
     /// Total memory pinned (registered) across sessions.
     pub max_pinned_bytes: u64,
+    /// Most memory one session's regions may take: a burst whose messages fit is verified
+    /// message by message, a longer one over its last messages (as many as fit).
+    pub max_session_bytes: u64,
+    /// Connections allowed in the authentication handshake at once; more are refused at once.
+    pub max_handshakes: usize,
     /// A session with no message for this long is closed and its resources freed.
     pub idle_timeout: Duration,
     /// Deadline for every control exchange.
@@ -52,10 +64,10 @@ pub enum ResponderError {
 struct Shared {
     settings: ResponderSettings,
     ctx: Context,
-    /// At most one active burst per device; other probers get `busy` (brief §2).
+    /// At most one active burst per device; other probers get `busy`.
     burst_slot: Arc<AtomicBool>,
     pinned: Arc<AtomicU64>,
-    sessions: Arc<Semaphore>,
+    admission: Admission,
     metrics: ResponderMetrics,
 }
 
@@ -65,9 +77,12 @@ impl Shared {
     }
 }
 
+/// How often the port state is re-read for readiness.
+const PORT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Serves probe sessions on `listener` until `shutdown` completes. Opens the device first, so a
 /// node without RDMA fails here with `no_device` rather than at the first prober; `readiness`
-/// turns true once it is open, false again at shutdown.
+/// is true while the device is open and its port ACTIVE, false again at shutdown.
 pub async fn run(
     listener: TcpListener,
     settings: ResponderSettings,
@@ -86,8 +101,9 @@ pub async fn run(
         listen = ?listener.local_addr().ok(),
         "responder ready"
     );
+    let port_watch = tokio::spawn(watch_port(ctx.clone(), readiness.clone()));
     let shared = Arc::new(Shared {
-        sessions: Arc::new(Semaphore::new(settings.max_sessions)),
+        admission: Admission::new(&settings),
         settings,
         ctx,
         burst_slot: Arc::new(AtomicBool::new(false)),
@@ -108,40 +124,135 @@ pub async fn run(
                 }
             },
         };
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let mut conn = match Connection::new(stream) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(%peer, error = %e, "cannot set up control connection");
-                    return;
-                }
-            };
-            let Ok(_permit) = Arc::clone(&shared.sessions).try_acquire_owned() else {
-                tracing::warn!(%peer, "session refused: limit of {} sessions reached", shared.settings.max_sessions);
-                shared.count(SessionResult::Limit);
-                conn.send_error_best_effort(
-                    ErrorReason::PeerError,
-                    "responder at its session limit",
-                )
-                .await;
-                return;
-            };
-            match serve(&mut conn, &shared).await {
-                Ok(node) => tracing::info!(%peer, %node, "session closed"),
-                Err(e) => {
-                    tracing::warn!(%peer, reason = %e.reason, error = %e.message, "session ended");
-                    if let Some(result) = e.refusal() {
-                        shared.count(result);
-                    }
-                    conn.send_error_best_effort(e.reason, &e.message).await;
-                }
-            }
-        });
+        tokio::spawn(serve_connection(Arc::clone(&shared), stream, peer));
     }
+    port_watch.abort();
     readiness.set(false);
     tracing::info!("responder shutting down");
     Ok(())
+}
+
+/// Keeps `readiness` equal to "the port is ACTIVE": a responder whose port went down cannot
+/// serve a burst, and a Kubernetes readiness probe should say so.
+async fn watch_port(mut ctx: Context, readiness: Readiness) {
+    let mut was_active = true;
+    loop {
+        tokio::time::sleep(PORT_CHECK_INTERVAL).await;
+        let active = match ctx.refresh_port_info() {
+            Ok(info) => info.state.is_active(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the port state");
+                false
+            }
+        };
+        if active != was_active {
+            tracing::warn!(device = ctx.device_name(), port = ctx.port(), active, "port state changed");
+            was_active = active;
+        }
+        readiness.set(active);
+    }
+}
+
+/// One control connection: admission, handshake, then the session.
+async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net::SocketAddr) {
+    let mut conn = match Connection::new(stream) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "cannot set up control connection");
+            return;
+        }
+    };
+    let (node, _permit) = match shared.admission.admit(&mut conn).await {
+        Ok(admitted) => admitted,
+        Err(e) => {
+            tracing::warn!(%peer, reason = %e.reason, error = %e.message, "connection refused");
+            if let Some(result) = e.refusal() {
+                shared.count(result);
+            }
+            conn.send_error_best_effort(e.reason, &e.message).await;
+            return;
+        }
+    };
+    let mut handler = SessionHandler {
+        shared: Arc::clone(&shared),
+        node: node.clone(),
+        active: None,
+    };
+    match handler.serve(&mut conn).await {
+        Ok(SessionEnd::ProberClosed) => tracing::info!(%peer, %node, "session closed"),
+        Ok(SessionEnd::Idle) => {
+            tracing::info!(%peer, %node, "idle session closed (the prober rebuilds it when it needs it)");
+            let _ = conn.send(&Message::Close, Duration::from_millis(500)).await;
+        }
+        Err(e) => {
+            tracing::warn!(%peer, %node, reason = %e.reason, error = %e.message, "session ended");
+            if let Some(result) = e.refusal() {
+                shared.count(result);
+            }
+            conn.send_error_best_effort(e.reason, &e.message).await;
+        }
+    }
+    // The session's memory is deregistered here, off the async workers.
+    if let Some(active) = handler.active.take() {
+        let _ = tokio::task::spawn_blocking(move || drop(active)).await;
+    }
+}
+
+/// Who gets a session: a connection authenticates under one of a few handshake permits and the
+/// control timeout; only then does it take a session permit. Unauthenticated clients therefore
+/// never hold sessions, and a flood of them is refused at once beyond the handshake cap.
+struct Admission {
+    auth: AuthMode,
+    io_timeout: Duration,
+    handshakes: Arc<Semaphore>,
+    max_handshakes: usize,
+    sessions: Arc<Semaphore>,
+    max_sessions: usize,
+}
+
+impl Admission {
+    fn new(settings: &ResponderSettings) -> Self {
+        let max_handshakes = settings.max_handshakes.max(1);
+        Admission {
+            auth: settings.auth.clone(),
+            io_timeout: settings.io_timeout,
+            handshakes: Arc::new(Semaphore::new(max_handshakes)),
+            max_handshakes,
+            sessions: Arc::new(Semaphore::new(settings.max_sessions)),
+            max_sessions: settings.max_sessions,
+        }
+    }
+
+    /// Returns the prober's node name and the permit held for its session.
+    async fn admit(
+        &self,
+        conn: &mut Connection,
+    ) -> Result<(String, OwnedSemaphorePermit), SessionFailure> {
+        let Ok(handshake) = Arc::clone(&self.handshakes).try_acquire_owned() else {
+            return Err(SessionFailure {
+                refusal: Some(SessionResult::HandshakeLimit),
+                ..failure(
+                    ErrorReason::PeerError,
+                    format!(
+                        "responder has {} handshakes in progress",
+                        self.max_handshakes
+                    ),
+                )
+            });
+        };
+        let node = server_handshake(conn, &self.auth, self.io_timeout).await?;
+        drop(handshake);
+        let Ok(session) = Arc::clone(&self.sessions).try_acquire_owned() else {
+            return Err(SessionFailure {
+                refusal: Some(SessionResult::Limit),
+                ..failure(
+                    ErrorReason::PeerError,
+                    format!("responder at its session limit ({})", self.max_sessions),
+                )
+            });
+        };
+        Ok((node, session))
+    }
 }
 
 /// A session failure, as sent back to the prober.
@@ -149,15 +260,16 @@ pub async fn run(
 struct SessionFailure {
     reason: ErrorReason,
     message: String,
-    /// The responder's pinned-memory budget refused the session (sent as `peer_error`).
-    over_limit: bool,
+    /// How `rdma_probe_responder_sessions_total` counts a refusal the reason alone does not tell
+    /// (limits are sent as `peer_error`).
+    refusal: Option<SessionResult>,
 }
 
 impl SessionFailure {
     /// How `rdma_probe_responder_sessions_total` counts this failure, if it is a refusal.
     fn refusal(&self) -> Option<SessionResult> {
         match self.reason {
-            _ if self.over_limit => Some(SessionResult::Limit),
+            _ if self.refusal.is_some() => self.refusal,
             ErrorReason::Auth => Some(SessionResult::Auth),
             ErrorReason::Protocol => Some(SessionResult::Protocol),
             _ => None,
@@ -181,7 +293,7 @@ fn failure(reason: ErrorReason, message: impl Into<String>) -> SessionFailure {
     SessionFailure {
         reason,
         message: message.into(),
-        over_limit: false,
+        refusal: None,
     }
 }
 
@@ -228,124 +340,244 @@ impl Drop for BurstSlot {
     }
 }
 
+/// The burst in progress on a session.
+struct RunningBurst {
+    id: u64,
+    seed: u64,
+    /// How long to wait for its `burst_end`: the prober's own deadline plus the control timeout,
+    /// or (unpaced, no deadline) the idle timeout; never less than the idle timeout.
+    wait_for_end: Duration,
+    _slot: BurstSlot,
+}
+
 /// One session's resources on the responder.
 struct Active {
     set: QpSet,
     _pinned: PinnedReservation,
-    /// The burst in progress: (id, seed, slot).
-    burst: Option<(u64, u64, BurstSlot)>,
+    burst: Option<RunningBurst>,
 }
 
 /// How long a prober is told to wait when the device is busy.
 const BUSY_RETRY_AFTER_MS: u32 = 200;
 
-/// Serves one authenticated control connection until the prober closes it. Returns the peer's
-/// node name.
-async fn serve(conn: &mut Connection, shared: &Shared) -> Result<String, SessionFailure> {
-    let settings = &shared.settings;
-    let node = server_handshake(conn, &settings.auth, settings.io_timeout).await?;
-    let mut active: Option<Active> = None;
-    loop {
-        let msg = match conn.recv(settings.idle_timeout).await {
-            Ok(m) => m,
-            Err(ControlError::Timeout { .. }) => {
-                return Err(failure(ErrorReason::Timeout, "session idle timeout"));
-            }
-            Err(ControlError::Closed) => return Ok(node),
-            Err(e) => return Err(e.into()),
-        };
-        match msg {
-            Message::SessionRequest(request) => {
-                if active.is_some() {
-                    return Err(failure(ErrorReason::Protocol, "session already set up"));
-                }
-                let (accept, state) = open_session(shared, &request)?;
-                conn.send(&Message::SessionAccept(accept), settings.io_timeout)
-                    .await?;
-                tracing::info!(%node, qps = request.qps, message_size = request.message_size, "session set up");
-                shared.count(SessionResult::Accepted);
-                active = Some(state);
-            }
-            Message::BurstStart { burst_id, seed } => {
-                let state = active
-                    .as_mut()
-                    .ok_or_else(|| failure(ErrorReason::Protocol, "burst_start before session"))?;
-                let Some(slot) = BurstSlot::try_take(&shared.burst_slot) else {
-                    shared.count(SessionResult::Busy);
-                    conn.send(
-                        &Message::Busy {
-                            retry_after_ms: BUSY_RETRY_AFTER_MS,
-                        },
-                        settings.io_timeout,
-                    )
-                    .await?;
-                    continue;
-                };
-                for q in 0..state.set.qps.len() {
-                    // Stale data from an earlier burst must not pass verification.
-                    state.set.slot_mut(q).fill(0);
-                    state.set.qps[q].post_recv(burst_id)?;
-                }
-                state.burst = Some((burst_id, seed, slot));
-                conn.send(&Message::BurstReady { burst_id }, settings.io_timeout)
-                    .await?;
-            }
-            Message::BurstEnd { burst_id, outcome } => {
-                let state = active
-                    .as_mut()
-                    .ok_or_else(|| failure(ErrorReason::Protocol, "burst_end before session"))?;
-                let Some((id, seed, _slot)) = state.burst.take() else {
+/// How a session ended without a failure.
+enum SessionEnd {
+    ProberClosed,
+    /// No message for the idle timeout between bursts: the responder frees the session and says
+    /// `close`; the prober rebuilds it on its next burst.
+    Idle,
+}
+
+/// Serves one authenticated prober: one handler per control message.
+struct SessionHandler {
+    shared: Arc<Shared>,
+    node: String,
+    active: Option<Active>,
+}
+
+impl SessionHandler {
+    async fn serve(&mut self, conn: &mut Connection) -> Result<SessionEnd, SessionFailure> {
+        loop {
+            let wait = self.wait_for_next_message();
+            let msg = match conn.recv(wait).await {
+                Ok(m) => m,
+                Err(ControlError::Timeout { .. }) => return self.on_silence(wait),
+                Err(ControlError::Closed) => return Ok(SessionEnd::ProberClosed),
+                Err(e) => return Err(e.into()),
+            };
+            let reply = match msg {
+                Message::SessionRequest(request) => self.on_session_request(&request).await?,
+                Message::BurstStart {
+                    burst_id,
+                    seed,
+                    deadline_ms,
+                } => self.on_burst_start(burst_id, seed, deadline_ms)?,
+                Message::BurstEnd {
+                    burst_id,
+                    outcome,
+                    posted_per_qp,
+                } => match self.on_burst_end(burst_id, outcome, posted_per_qp).await? {
+                    Some(reply) => reply,
+                    None => return Ok(SessionEnd::ProberClosed),
+                },
+                Message::Close => return Ok(SessionEnd::ProberClosed),
+                other => {
                     return Err(failure(
                         ErrorReason::Protocol,
-                        "burst_end without burst_start",
-                    ));
-                };
-                if id != burst_id {
-                    return Err(failure(
-                        ErrorReason::Protocol,
-                        "burst_end for another burst",
-                    ));
+                        format!("unexpected {} message", other.kind()),
+                    ))
                 }
-                if let BurstOutcome::Failed { reason, detail } = outcome {
-                    // The QPs are in the error state on both ends: drop the session's resources;
-                    // the prober rebuilds on its next burst.
-                    tracing::info!(%node, %reason, %detail, "prober reported a failed burst");
-                    return Ok(node);
-                }
-                let result =
-                    verify_burst(&mut state.set, burst_id, seed, settings.io_timeout).await;
-                let validated = result.is_ok();
-                let detail = result.err();
-                if let Some(d) = &detail {
-                    tracing::warn!(%node, burst_id, detail = %d, "burst data did not verify");
-                    shared
-                        .metrics
-                        .validation_failure(shared.ctx.device_name(), &node);
-                }
-                conn.send(
-                    &Message::BurstResult(BurstResult {
-                        burst_id,
-                        validated,
-                        detail,
-                        counters: Vec::new(),
-                    }),
-                    settings.io_timeout,
-                )
-                .await?;
-            }
-            Message::Close => return Ok(node),
-            other => {
-                return Err(failure(
-                    ErrorReason::Protocol,
-                    format!("unexpected {} message", other.kind()),
-                ))
-            }
+            };
+            conn.send(&reply, self.shared.settings.io_timeout).await?;
         }
+    }
+
+    /// Between bursts the idle timeout; during one, long enough for the burst the prober
+    /// announced (the control channel is silent while it runs).
+    fn wait_for_next_message(&self) -> Duration {
+        let idle = self.shared.settings.idle_timeout;
+        self.active
+            .as_ref()
+            .and_then(|a| a.burst.as_ref())
+            .map_or(idle, |b| b.wait_for_end)
+    }
+
+    fn on_silence(&self, waited: Duration) -> Result<SessionEnd, SessionFailure> {
+        let in_burst = self.active.as_ref().is_some_and(|a| a.burst.is_some());
+        if in_burst {
+            Err(failure(
+                ErrorReason::Timeout,
+                format!("no burst_end {waited:?} after burst_start"),
+            ))
+        } else {
+            Ok(SessionEnd::Idle)
+        }
+    }
+
+    async fn on_session_request(
+        &mut self,
+        request: &SessionRequest,
+    ) -> Result<Message, SessionFailure> {
+        if self.active.is_some() {
+            return Err(failure(ErrorReason::Protocol, "session already set up"));
+        }
+        let shared = Arc::clone(&self.shared);
+        let request_copy = request.clone();
+        // Registering (pinning) a large region is a blocking system call.
+        let (accept, active) =
+            tokio::task::spawn_blocking(move || open_session(&shared, &request_copy))
+                .await
+                .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
+        tracing::info!(node = %self.node, qps = request.qps, message_size = request.message_size,
+            slots = active.set.slots(), "session set up");
+        self.shared.count(SessionResult::Accepted);
+        self.active = Some(active);
+        Ok(Message::SessionAccept(accept))
+    }
+
+    fn on_burst_start(
+        &mut self,
+        burst_id: u64,
+        seed: u64,
+        deadline_ms: Option<u64>,
+    ) -> Result<Message, SessionFailure> {
+        let settings = &self.shared.settings;
+        let state = self
+            .active
+            .as_mut()
+            .ok_or_else(|| failure(ErrorReason::Protocol, "burst_start before session"))?;
+        if state.burst.is_some() {
+            return Err(failure(ErrorReason::Protocol, "burst_start during a burst"));
+        }
+        let Some(slot) = BurstSlot::try_take(&self.shared.burst_slot) else {
+            self.shared.count(SessionResult::Busy);
+            return Ok(Message::Busy {
+                retry_after_ms: BUSY_RETRY_AFTER_MS,
+            });
+        };
+        // No zeroing: every burst has a fresh seed, so data left from an earlier burst (a lost
+        // WRITE) does not verify.
+        for qp in &mut state.set.qps {
+            qp.post_recv(burst_id)?;
+        }
+        let wait_for_end = deadline_ms
+            .map(|ms| Duration::from_millis(ms).saturating_add(settings.io_timeout))
+            .map_or(settings.idle_timeout, |d| d.max(settings.idle_timeout));
+        state.burst = Some(RunningBurst {
+            id: burst_id,
+            seed,
+            wait_for_end,
+            _slot: slot,
+        });
+        Ok(Message::BurstReady { burst_id })
+    }
+
+    /// `None` when the prober reported a failed burst: the session ends (its QPs are in the
+    /// error state on both ends; the prober rebuilds on its next burst).
+    async fn on_burst_end(
+        &mut self,
+        burst_id: u64,
+        outcome: BurstOutcome,
+        posted_per_qp: Vec<u64>,
+    ) -> Result<Option<Message>, SessionFailure> {
+        let state = self
+            .active
+            .as_mut()
+            .ok_or_else(|| failure(ErrorReason::Protocol, "burst_end before session"))?;
+        let Some(burst) = state.burst.take() else {
+            return Err(failure(
+                ErrorReason::Protocol,
+                "burst_end without burst_start",
+            ));
+        };
+        if burst.id != burst_id {
+            return Err(failure(
+                ErrorReason::Protocol,
+                "burst_end for another burst",
+            ));
+        }
+        if let BurstOutcome::Failed { reason, detail } = outcome {
+            tracing::info!(node = %self.node, %reason, %detail, "prober reported a failed burst");
+            return Ok(None);
+        }
+        let verdict = self.verify(burst, posted_per_qp).await?;
+        let device = self.shared.ctx.device_name();
+        self.shared
+            .metrics
+            .verified_messages(device, verdict.verified_messages);
+        if let Some(d) = &verdict.detail {
+            tracing::warn!(node = %self.node, burst_id, detail = %d, "burst data did not verify");
+            self.shared.metrics.validation_failure(device, &self.node);
+        }
+        Ok(Some(Message::BurstResult(BurstResult {
+            burst_id,
+            validated: verdict.detail.is_none(),
+            detail: verdict.detail,
+            counters: Vec::new(),
+            verified_messages: verdict.verified_messages,
+        })))
+    }
+
+    /// Waits for the closing writes, then checks the data on a blocking thread.
+    async fn verify(
+        &mut self,
+        burst: RunningBurst,
+        posted_per_qp: Vec<u64>,
+    ) -> Result<Verdict, SessionFailure> {
+        let io_timeout = self.shared.settings.io_timeout;
+        let state = self
+            .active
+            .as_mut()
+            .ok_or_else(|| failure(ErrorReason::Protocol, "burst_end before session"))?;
+        if let Err(detail) = wait_closing_writes(&mut state.set, burst.id, io_timeout).await {
+            return Ok(Verdict {
+                verified_messages: 0,
+                detail: Some(detail),
+            });
+        }
+        let active = self.active.take().expect("checked above");
+        let (active, verdict) = tokio::task::spawn_blocking(move || {
+            let verdict = check_regions(&active.set, burst.seed, &posted_per_qp);
+            (active, verdict)
+        })
+        .await
+        .map_err(|e| failure(ErrorReason::Validation, format!("verification task: {e}")))?;
+        self.active = Some(active);
+        Ok(verdict)
     }
 }
 
+/// What the responder found in the regions after a burst.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Verdict {
+    verified_messages: u64,
+    /// What did not verify; `None` when everything checked did.
+    detail: Option<String>,
+}
+
 /// Allocates the session's MR and QPs, connects them to the prober's (RTR only: the responder
-/// never sends), and builds the answer.
+/// never sends), and builds the answer. Re-reads the port first: its state, MTU, rate and LID
+/// may have changed since the responder started.
 fn open_session(
     shared: &Shared,
     request: &SessionRequest,
@@ -362,12 +594,24 @@ fn open_session(
             ));
         }
     }
+    let mut ctx = shared.ctx.clone();
+    let state = ctx.refresh_port_info()?.state;
+    if !state.is_active() {
+        return Err(failure(
+            ErrorReason::PortDown,
+            format!("{} port {} is {state:?}", ctx.device_name(), ctx.port()),
+        ));
+    }
     let qps =
         u16::try_from(request.qps).map_err(|_| failure(ErrorReason::Protocol, "too many QPs"))?;
-    let bytes = request.message_size.saturating_mul(u64::from(qps));
+    let slots = granted_slots(request, settings.max_session_bytes);
+    let bytes = request
+        .message_size
+        .saturating_mul(slots)
+        .saturating_mul(u64::from(qps));
     let pinned = PinnedReservation::take(&shared.pinned, bytes, settings.max_pinned_bytes)
         .ok_or_else(|| SessionFailure {
-            over_limit: true,
+            refusal: Some(SessionResult::Limit),
             ..failure(
                 ErrorReason::PeerError,
                 format!(
@@ -387,17 +631,18 @@ fn open_session(
     let shape = QpSetShape {
         qps,
         slot_bytes: request.message_size,
+        slots,
         send_depth: 1,
         recv_depth: 1,
     };
-    let mut set = QpSet::create(shared.ctx.clone(), shape, &path)?;
+    let mut set = QpSet::create(ctx, shape, &path)?;
     let mtu = set.path_mtu(request.mtu, None);
     set.connect(&request.endpoints, mtu, &path, false)?;
     let regions = (0..usize::from(qps))
         .map(|q| RemoteRegion {
-            addr: set.slot_addr(q),
+            addr: set.region_addr(q),
             rkey: set.mr.rkey(),
-            len: set.slot_bytes(),
+            len: set.region_bytes(),
         })
         .collect();
     let accept = SessionAccept {
@@ -417,12 +662,20 @@ fn open_session(
     ))
 }
 
-/// Waits for every QP's closing WRITE WITH IMMEDIATE (RC orders it after the QP's data) and
-/// checks the written pattern. `Err` carries what did not verify.
-async fn verify_burst(
+/// Slots per QP the responder grants: what the prober asked for (`region_bytes` per QP), within
+/// the per-session memory budget, and at least one.
+fn granted_slots(request: &SessionRequest, max_session_bytes: u64) -> u64 {
+    let size = request.message_size.max(1);
+    let asked = request.region_bytes / size;
+    let affordable = max_session_bytes / size.saturating_mul(u64::from(request.qps.max(1)));
+    asked.min(affordable).max(1)
+}
+
+/// Waits for every QP's closing WRITE WITH IMMEDIATE (RC orders it after the QP's data).
+/// `Err` says what did not arrive or was wrong.
+async fn wait_closing_writes(
     set: &mut QpSet,
     burst_id: u64,
-    seed: u64,
     deadline: Duration,
 ) -> Result<(), String> {
     // `&mut`: a shared borrow held across an await would need `QpSet: Sync`, which verbs handles
@@ -450,8 +703,176 @@ async fn verify_burst(
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
-    for q in 0..qps {
-        pattern::verify(seed, q as u32, set.slot(q)).map_err(|m| format!("QP {q}: {m}"))?;
-    }
     Ok(())
+}
+
+/// Checks each QP's slots that the burst wrote: all of them when the QP posted no more messages
+/// than it has slots, else every slot (holding the last `slots` messages). Slot `k` of QP `q`
+/// holds the pattern of stream `q` at offset `k * slot_bytes`.
+fn check_regions(set: &QpSet, seed: u64, posted_per_qp: &[u64]) -> Verdict {
+    let slots = set.slots();
+    let size = set.slot_bytes();
+    let mut verified = 0;
+    for q in 0..set.qps.len() {
+        let posted = posted_per_qp.get(q).copied().unwrap_or(slots);
+        let written = posted.min(slots);
+        let bytes = (written * size) as usize; // within the region, which fits in memory
+        if let Err(m) = pattern::verify(seed, q as u32, &set.region(q)[..bytes]) {
+            let slot = m.offset as u64 / size;
+            return Verdict {
+                verified_messages: verified,
+                detail: Some(format!(
+                    "QP {q}, message slot {slot} (byte {} of the message): expected {:#04x}, found {:#04x}",
+                    m.offset as u64 % size,
+                    m.expected,
+                    m.found
+                )),
+            };
+        }
+        verified += written;
+    }
+    Verdict {
+        verified_messages: verified,
+        detail: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{client_handshake, connect, QpEndpoint};
+    use crate::prober::LocalPort;
+
+    fn settings(max_sessions: usize, max_handshakes: usize) -> ResponderSettings {
+        ResponderSettings {
+            node_name: "responder".into(),
+            local: LocalPort {
+                device: None,
+                port: 1,
+                gid_index: None,
+            },
+            auth: AuthMode::None,
+            max_sessions,
+            max_pinned_bytes: 1 << 30,
+            max_session_bytes: 64 << 20,
+            max_handshakes,
+            idle_timeout: Duration::from_secs(60),
+            io_timeout: Duration::from_millis(800),
+        }
+    }
+
+    /// Accepts connections on loopback and admits each; returns the listener's address and a
+    /// channel of admission results (the permits are held until the receiver drops them).
+    async fn admitting(
+        admission: Admission,
+    ) -> (
+        String,
+        tokio::sync::mpsc::UnboundedReceiver<Result<(String, OwnedSemaphorePermit), SessionFailure>>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let admission = Arc::new(admission);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let admission = Arc::clone(&admission);
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut conn = Connection::new(stream).unwrap();
+                    let result = admission.admit(&mut conn).await;
+                    if let Err(e) = &result {
+                        conn.send_error_best_effort(e.reason, &e.message).await;
+                    }
+                    let _ = tx.send(result);
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    #[tokio::test]
+    async fn silent_strangers_cannot_take_the_only_session() {
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4))).await;
+        // Three connections that never say hello hold handshake permits, not the session.
+        let mut strangers = Vec::new();
+        for _ in 0..3 {
+            strangers.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(&mut prober, "node-a", &AuthMode::None, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let admitted = results.recv().await.unwrap().expect("the prober is admitted");
+        assert_eq!(admitted.0, "node-a");
+        // The strangers time out in the handshake, refused as timeouts, not as sessions.
+        for _ in 0..3 {
+            let e = results.recv().await.unwrap().unwrap_err();
+            assert_eq!(e.reason, ErrorReason::Timeout, "{}", e.message);
+        }
+        drop(strangers);
+    }
+
+    #[tokio::test]
+    async fn a_handshake_flood_beyond_the_cap_is_refused_at_once() {
+        let (addr, mut results) = admitting(Admission::new(&settings(16, 2))).await;
+        let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        let err = client_handshake(&mut third, "node-c", &AuthMode::None, Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(500), "{err}");
+        let refused = results.recv().await.unwrap().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::HandshakeLimit));
+    }
+
+    #[tokio::test]
+    async fn past_the_session_limit_an_authenticated_prober_is_refused_as_limit() {
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4))).await;
+        let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(&mut first, "node-a", &AuthMode::None, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let _held = results.recv().await.unwrap().unwrap();
+        let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        let _ = client_handshake(&mut second, "node-b", &AuthMode::None, Duration::from_secs(2)).await;
+        let refused = results.recv().await.unwrap().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::Limit));
+    }
+
+    fn request(qps: u32, message_size: u64, region_bytes: u64) -> SessionRequest {
+        SessionRequest {
+            device: None,
+            qps,
+            message_size,
+            region_bytes,
+            endpoints: vec![
+                QpEndpoint {
+                    qpn: 1,
+                    psn: 1,
+                    lid: 0,
+                    gid: [0; 16]
+                };
+                qps as usize
+            ],
+            mtu: 1024,
+            link_rate_bits_per_second: None,
+            traffic_class: 0,
+            service_level: 0,
+        }
+    }
+
+    #[test]
+    fn slots_follow_the_request_within_the_session_budget() {
+        // 200 messages of 64 KiB on one QP fit a 64 MiB budget: one slot each.
+        assert_eq!(granted_slots(&request(1, 65536, 200 * 65536), 64 << 20), 200);
+        // 4 QPs x 1000 slots x 64 KiB do not: 64 MiB / (4 x 64 KiB) = 256 each.
+        assert_eq!(granted_slots(&request(4, 65536, 1000 * 65536), 64 << 20), 256);
+        // A message larger than the budget still gets its one slot.
+        assert_eq!(granted_slots(&request(1, 1 << 30, 1 << 30), 64 << 20), 1);
+    }
 }

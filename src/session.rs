@@ -1,5 +1,7 @@
 //! The RDMA resources of one probe session, the same on both ends: a device context, a PD, one
-//! CQ shared by the session's QPs, one MR holding one message-sized slot per QP, and the RC QPs.
+//! CQ shared by the session's QPs, one MR holding a region of message-sized slots per QP, and the
+//! RC QPs. WRITE `i` of a QP uses slot `i mod slots` on both ends, so the last `slots` messages
+//! of each QP sit at distinct offsets where the responder can check each one.
 //!
 //! Both the prober and the responder build a [`QpSet`], exchange [`QpSet::endpoints`] over the
 //! control channel, and call [`QpSet::connect`] with the peer's. Dropping the set releases
@@ -19,9 +21,10 @@ const CQ_SLACK: u32 = 16;
 #[derive(Debug, Clone, Copy)]
 pub struct QpSetShape {
     pub qps: u16,
-    /// Bytes per QP slot (the message size: every WRITE of a QP targets the same slot, as
-    /// perftest does for messages larger than a page).
+    /// Bytes per slot: the message size.
     pub slot_bytes: u64,
+    /// Slots per QP (at least 1).
+    pub slots: u64,
     /// Send queue depth per QP (tx depth; the responder only needs 1).
     pub send_depth: u32,
     /// Receive queue depth per QP (the responder posts one receive per burst).
@@ -53,6 +56,7 @@ pub struct QpSet {
     /// The GID index used for RoCE (None on InfiniBand without GRH).
     sgid_index: Option<u32>,
     slot_bytes: u64,
+    slots: u64,
 }
 
 impl std::fmt::Debug for QpSet {
@@ -61,6 +65,7 @@ impl std::fmt::Debug for QpSet {
             .field("device", &self.ctx.device_name())
             .field("qps", &self.qps.len())
             .field("slot_bytes", &self.slot_bytes)
+            .field("slots", &self.slots)
             .finish()
     }
 }
@@ -72,11 +77,15 @@ impl QpSet {
         shape: QpSetShape,
         path: &PathOptions,
     ) -> Result<QpSet, VerbsError> {
-        let slot = usize::try_from(shape.slot_bytes)
-            .map_err(|_| VerbsError::InvalidArgument("message size too large".into()))?;
-        let mr_len = slot
-            .checked_mul(usize::from(shape.qps))
-            .ok_or_else(|| VerbsError::InvalidArgument("qps x message size overflows".into()))?;
+        let slots = shape.slots.max(1);
+        let mr_len = shape
+            .slot_bytes
+            .checked_mul(slots)
+            .and_then(|region| region.checked_mul(u64::from(shape.qps)))
+            .and_then(|len| usize::try_from(len).ok())
+            .ok_or_else(|| {
+                VerbsError::InvalidArgument("qps x slots x message size overflows".into())
+            })?;
         let sgid_index = match path.gid_index {
             Some(i) => {
                 ctx.gid(i)?; // names the valid indexes when `i` is not one of them
@@ -115,6 +124,7 @@ impl QpSet {
             psns,
             sgid_index,
             slot_bytes: shape.slot_bytes,
+            slots,
         })
     }
 
@@ -192,29 +202,38 @@ impl QpSet {
         Ok(())
     }
 
-    /// The memory slot of QP `i`.
-    pub fn slot(&self, i: usize) -> &[u8] {
-        let len = self.slot_len();
-        &self.mr.as_slice()[i * len..(i + 1) * len]
+    /// QP `q`'s region: its `slots` message slots, slot `k` at `k * slot_bytes`.
+    pub fn region(&self, q: usize) -> &[u8] {
+        let len = self.region_len();
+        &self.mr.as_slice()[q * len..(q + 1) * len]
     }
 
-    /// The memory slot of QP `i`, writable.
-    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
-        let len = self.slot_len();
-        &mut self.mr.as_mut_slice()[i * len..(i + 1) * len]
+    /// QP `q`'s region, writable.
+    pub fn region_mut(&mut self, q: usize) -> &mut [u8] {
+        let len = self.region_len();
+        &mut self.mr.as_mut_slice()[q * len..(q + 1) * len]
     }
 
-    /// Remote address of QP `i`'s slot (what the peer writes to).
-    pub fn slot_addr(&self, i: usize) -> u64 {
-        self.mr.addr() + (i as u64) * self.slot_bytes
+    /// Remote address of QP `q`'s region (what the peer writes to).
+    pub fn region_addr(&self, q: usize) -> u64 {
+        self.mr.addr() + (q as u64) * self.region_bytes()
+    }
+
+    /// Bytes of one QP's region.
+    pub fn region_bytes(&self) -> u64 {
+        self.slot_bytes * self.slots
     }
 
     pub fn slot_bytes(&self) -> u64 {
         self.slot_bytes
     }
 
-    fn slot_len(&self) -> usize {
-        self.slot_bytes as usize // checked to fit in usize at creation
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    fn region_len(&self) -> usize {
+        self.region_bytes() as usize // checked to fit in usize at creation
     }
 }
 

@@ -4,7 +4,10 @@
 //! signaled, how to wait, what the figures are) is asked of the pure pieces of this module's
 //! parent. Callers run it on a dedicated OS thread, never on an async worker: a burst blocks.
 //!
-//! Waiting policy (CPU-frugal, brief §4 and issue 4): when nothing can be posted, the engine asks
+//! Every decision (what to post, what a completion retires, when to give up, how to wait) is
+//! [`BurstRun`]'s; this file is the I/O loop around it.
+//!
+//! Waiting policy (CPU-frugal, docs/architecture.md): when nothing can be posted, the engine asks
 //! [`WaitPolicy`]: it spins only for waits under ~100 µs, sleeps through longer pacing gaps
 //! (spinning the last ~50 µs for accuracy), and when completions are outstanding but not
 //! arriving it polls ~200 µs, then arms the CQ and blocks on its completion channel. An unpaced
@@ -19,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::pacing::{Completions, PaceDecision, WaitAction, WaitPolicy};
-use super::plan::{BurstLength, BurstPlan};
-use super::signal::{split_wr_id, wr_id, SendWindow, WindowError};
-use super::stats::{BurstReport, BurstStats};
+use super::pacing::WaitAction;
+use super::plan::BurstPlan;
+use super::run::{Abandon, BurstRun, PlannedWrite};
+use super::signal::WindowError;
+use super::stats::BurstReport;
 use crate::reason::ErrorReason;
 use crate::verbs::{
     Completion, CompletionQueue, MemoryRegion, QueuePair, RemoteAddr, VerbsError, WriteRequest,
@@ -31,7 +35,7 @@ use crate::verbs::{
 /// Completions taken per `ibv_poll_cq` call (perftest's `CTX_POLL_BATCH`).
 const POLL_BATCH: usize = 16;
 
-/// The longest single block on the completion channel, so the burst deadline is re-checked.
+/// The longest single block on the completion channel, so the clock is re-checked.
 const MAX_BLOCK: Duration = Duration::from_millis(100);
 
 /// Why a burst failed.
@@ -39,8 +43,10 @@ const MAX_BLOCK: Duration = Duration::from_millis(100);
 pub enum EngineError {
     #[error(transparent)]
     Verbs(#[from] VerbsError),
-    #[error("burst did not complete within {0:?} (completions stopped arriving)")]
-    Timeout(Duration),
+    #[error("no completion for {0:?} with a signaled WRITE outstanding (completions stopped arriving)")]
+    Stalled(Duration),
+    #[error("burst did not complete within its deadline of {0:?} (the link is slower than the pace)")]
+    Deadline(Duration),
     #[error("completion bookkeeping failed: {0}")]
     Window(#[from] WindowError),
     #[error("burst setup: {0}")]
@@ -51,24 +57,52 @@ impl EngineError {
     pub fn reason(&self) -> ErrorReason {
         match self {
             EngineError::Verbs(e) => e.reason(),
-            EngineError::Timeout(_) => ErrorReason::Timeout,
+            EngineError::Stalled(_) | EngineError::Deadline(_) => ErrorReason::Timeout,
             EngineError::Window(_) => ErrorReason::WcOther,
             EngineError::Setup(_) => ErrorReason::QpSetup,
         }
     }
 }
 
-/// What a burst runs on: connected QPs sharing one CQ, the local MR (one message-sized slot per
-/// QP, at `slot * message_size`), and the peer's slot address per QP.
+impl From<Abandon> for EngineError {
+    fn from(a: Abandon) -> Self {
+        match a {
+            Abandon::Stalled { timeout } => EngineError::Stalled(timeout),
+            Abandon::Deadline { deadline } => EngineError::Deadline(deadline),
+        }
+    }
+}
+
+/// A failed burst: why, and the figures of what completed before it failed (a link slower than
+/// the pace still yields its achieved bandwidth).
+#[derive(Debug)]
+pub struct BurstFailure {
+    pub error: EngineError,
+    pub partial: Option<BurstReport>,
+}
+
+impl<E: Into<EngineError>> From<E> for BurstFailure {
+    fn from(e: E) -> Self {
+        BurstFailure {
+            error: e.into(),
+            partial: None,
+        }
+    }
+}
+
+/// What a burst runs on: connected QPs sharing one CQ, the local MR (`slots` message-sized
+/// slots per QP, QP `q`'s from `q * slots * message_size`), and the peer's region per QP (the
+/// same number of slots).
 pub struct BurstTargets<'a> {
     pub qps: &'a mut [QueuePair],
     pub cq: &'a CompletionQueue,
     pub local: &'a MemoryRegion,
     pub remote: &'a [RemoteAddr],
+    pub slots: u64,
 }
 
 /// How a burst went besides its figures.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BurstTiming {
     /// When the first WRITE was posted (the warm-session start cost is this minus the request).
     pub first_post_at: Option<Instant>,
@@ -77,252 +111,197 @@ pub struct BurstTiming {
     /// context to do protocol processing", rxe_post_send), so this shows how much of the burst
     /// thread's CPU time is the emulated NIC's rather than the engine's.
     pub posting: Duration,
+    /// WRITEs posted per QP: the responder verifies the last `slots` of each.
+    pub posted_per_qp: Vec<u64>,
 }
 
-/// Runs one burst. `imm` is the immediate value of each QP's final WRITE; `timeout` is how much
-/// longer than planned the burst may take before it is abandoned as stalled.
+/// Runs one burst. `imm` is the immediate value of each QP's final WRITE; `timeout` bounds a
+/// stall, and with the planned length the whole burst (see [`BurstRun`]).
 pub fn run_burst(
     targets: BurstTargets<'_>,
     plan: &BurstPlan,
     imm: u32,
     timeout: Duration,
-) -> Result<(BurstReport, BurstTiming), EngineError> {
+) -> Result<(BurstReport, BurstTiming), BurstFailure> {
+    check_targets(&targets, plan)?;
+    let mut engine = Engine {
+        run: BurstRun::new(plan, targets.slots, timeout),
+        targets,
+        message_size: plan.message_size(),
+        imm,
+        start: Instant::now(),
+        first_post_at: None,
+        posting: Duration::ZERO,
+        planned: Vec::with_capacity(plan.post_list() as usize * usize::from(plan.qps())),
+        chain: Vec::with_capacity(plan.post_list() as usize),
+        wcs: [Completion::EMPTY; POLL_BATCH],
+    };
+    let cpu_start = thread_cpu_time();
+    let result = engine.drive();
+    if let (Some(a), Some(b)) = (cpu_start, thread_cpu_time()) {
+        engine.run.set_cpu_seconds((b - a).max(0.0));
+    }
+    match result {
+        Ok(()) => Ok((engine.run.report(), engine.timing())),
+        Err(error) => Err(BurstFailure {
+            error,
+            partial: Some(engine.run.report()).filter(|r| r.messages > 0),
+        }),
+    }
+}
+
+fn check_targets(targets: &BurstTargets<'_>, plan: &BurstPlan) -> Result<(), EngineError> {
     let qps = usize::from(plan.qps());
-    let size = plan.message_size();
-    let size32 = u32::try_from(size)
-        .map_err(|_| EngineError::Setup(format!("message size {size} does not fit a WR")))?;
+    if u32::try_from(plan.message_size()).is_err() {
+        return Err(EngineError::Setup(format!(
+            "message size {} does not fit a WR",
+            plan.message_size()
+        )));
+    }
     if targets.qps.len() != qps || targets.remote.len() != qps {
         return Err(EngineError::Setup(format!(
-            "plan has {qps} QPs, targets have {} QPs and {} remote slots",
+            "plan has {qps} QPs, targets have {} QPs and {} remote regions",
             targets.qps.len(),
             targets.remote.len()
         )));
     }
-    if (targets.local.len() as u64) < size * qps as u64 {
+    let needed = plan
+        .message_size()
+        .saturating_mul(targets.slots.max(1))
+        .saturating_mul(qps as u64);
+    if (targets.local.len() as u64) < needed {
         return Err(EngineError::Setup(
-            "local MR smaller than qps x message size".into(),
+            "local MR smaller than qps x slots x message size".into(),
         ));
-    }
-    let duration = match plan.length() {
-        BurstLength::Duration(d) => Some(d),
-        _ => None,
-    };
-    let totals: Vec<u64> = (0..plan.qps())
-        .map(|q| plan.messages_for_qp(q).unwrap_or(u64::MAX))
-        .collect();
-    // Only a burst with a planned length gets an overall deadline; an unpaced count burst takes
-    // as long as the link needs, bounded by the stall check below.
-    let deadline = plan_duration(plan, duration).map(|planned| planned + timeout);
-    let mut windows: Vec<_> = (0..qps).map(|_| plan.send_window()).collect();
-    let mut finished = vec![false; qps];
-    let mut pacer = plan.pacer();
-    let policy = WaitPolicy::default();
-    let mut stats = BurstStats::new(plan.qps(), plan.stats_window());
-    let post_list = plan.post_list() as u64;
-    let mut chain: Vec<WriteRequest> = Vec::with_capacity(plan.post_list() as usize);
-    let mut wcs = [Completion::EMPTY; POLL_BATCH];
-    let mut next_qp = 0usize;
-    let mut stopping = false;
-    let mut first_post_at = None;
-    let mut posting = Duration::ZERO;
-    let cpu_start = thread_cpu_time();
-
-    let start = Instant::now();
-    if pacer.is_some() {
-        // The bucket starts empty at t = 0: measure from there, not from the first post, or
-        // N messages would be timed over N-1 pacing gaps (perftest's bias).
-        stats.on_start(Duration::ZERO);
-    }
-    let mut last_progress = Duration::ZERO;
-    let mut last_completion = Duration::ZERO;
-    loop {
-        let now = start.elapsed();
-        if let Some(deadline) = deadline.filter(|&d| now > d) {
-            return Err(EngineError::Timeout(deadline));
-        }
-        // A peer that vanished may leave WRs neither completed nor failed for a long time (the
-        // transport retries first): a burst with outstanding WRs and no completion for
-        // `timeout` is abandoned, whatever its planned length.
-        let in_flight = windows.iter().any(|w| !w.is_drained());
-        if in_flight && now.saturating_sub(last_completion) > timeout {
-            return Err(EngineError::Timeout(timeout));
-        }
-        if let Some(d) = duration {
-            stopping |= now >= d;
-        }
-
-        // --- post -------------------------------------------------------------------------
-        let mut allowance = match pacer.as_mut().map(|p| p.poll(now)) {
-            None => u64::MAX,
-            Some(PaceDecision::Send(n)) => n,
-            Some(PaceDecision::WaitUntil(_)) => 0,
-        };
-        let mut posted = 0u64;
-        if !in_flight {
-            last_completion = now; // the stall clock starts with the first WR in flight
-        }
-        for step in 0..qps {
-            let q = (next_qp + step) % qps;
-            if finished[q] {
-                continue;
-            }
-            let window = &mut windows[q];
-            let remaining = if stopping {
-                1
-            } else {
-                totals[q] - window.posted()
-            };
-            // The final WR of a stopping duration burst is not paced: it only closes the burst.
-            let paced_limit = if stopping { 1 } else { allowance };
-            let n = post_list
-                .min(remaining)
-                .min(u64::from(window.room()))
-                .min(paced_limit);
-            if n == 0 {
-                continue;
-            }
-            chain.clear();
-            for k in 0..n {
-                let is_last = stopping || remaining - k == 1;
-                let wr = window.post(is_last)?;
-                let mut req = WriteRequest::new(
-                    wr_id(q as u16, wr.index),
-                    q * size as usize,
-                    size32,
-                    targets.remote[q],
-                )
-                .signaled(wr.signaled);
-                if is_last {
-                    req = req.with_imm(imm);
-                    finished[q] = true;
-                }
-                chain.push(req);
-            }
-            if first_post_at.is_none() {
-                first_post_at = Some(Instant::now());
-                if pacer.is_none() {
-                    stats.on_first_post(start.elapsed());
-                }
-            }
-            let before_post = Instant::now();
-            targets.qps[q].post_writes(targets.local, &chain)?;
-            posting += before_post.elapsed();
-            if !stopping {
-                allowance -= n.min(allowance);
-                if let Some(p) = pacer.as_mut() {
-                    p.consume(n);
-                }
-            }
-            posted += n;
-        }
-        next_qp = (next_qp + 1) % qps;
-
-        // --- complete -----------------------------------------------------------------------
-        let polled = targets.cq.poll(&mut wcs)?;
-        account(&wcs[..polled], &mut windows, &mut stats, start, size)?;
-        if polled > 0 {
-            last_completion = start.elapsed();
-        }
-        if finished.iter().all(|&f| f) && windows.iter().all(|w| w.is_drained()) {
-            break;
-        }
-        if posted > 0 || polled > 0 {
-            last_progress = start.elapsed();
-            continue;
-        }
-
-        // --- wait ---------------------------------------------------------------------------
-        let now = start.elapsed();
-        let can_send = (0..qps).any(|q| !finished[q] && windows[q].room() > 0);
-        let mut next_send_in = match (&pacer, can_send && !stopping) {
-            (Some(p), true) => Some(p.next_due().saturating_sub(now)),
-            _ => None,
-        };
-        if let (Some(d), false) = (duration, stopping) {
-            let until_stop = d.saturating_sub(now);
-            next_send_in = Some(next_send_in.map_or(until_stop, |s| s.min(until_stop)));
-        }
-        let outstanding = windows.iter().any(|w| w.signaled_outstanding() > 0);
-        let completions = if outstanding {
-            Completions::Outstanding {
-                expected_in: None,
-                waited: now.saturating_sub(last_progress),
-            }
-        } else {
-            Completions::NoneOutstanding
-        };
-        match policy.decide(next_send_in, completions) {
-            WaitAction::Spin => std::hint::spin_loop(),
-            WaitAction::Sleep(d) => std::thread::sleep(d),
-            WaitAction::Block { timeout: block_for } => {
-                targets.cq.arm()?;
-                // A completion may have arrived between the last poll and arming: take it
-                // without blocking (the armed event then fires later and is simply consumed).
-                let polled = targets.cq.poll(&mut wcs)?;
-                if polled > 0 {
-                    account(&wcs[..polled], &mut windows, &mut stats, start, size)?;
-                    last_progress = start.elapsed();
-                    last_completion = last_progress;
-                    continue;
-                }
-                let stall_at = last_completion + timeout;
-                let limit = deadline
-                    .map_or(stall_at, |d| d.min(stall_at))
-                    .saturating_sub(start.elapsed());
-                let block = block_for.unwrap_or(MAX_BLOCK).min(MAX_BLOCK).min(limit);
-                targets.cq.wait(block)?;
-            }
-        }
-    }
-    if let (Some(a), Some(b)) = (cpu_start, thread_cpu_time()) {
-        stats.set_cpu_seconds((b - a).max(0.0));
-    }
-    Ok((
-        stats.finish(),
-        BurstTiming {
-            first_post_at,
-            posting,
-        },
-    ))
-}
-
-/// Retires polled completions from their QP's window and feeds the statistics. A failed
-/// completion ends the burst with its status's reason; an out-of-order one is a provider bug
-/// (lab-notes.md) and must not be counted as data.
-fn account(
-    wcs: &[Completion],
-    windows: &mut [SendWindow],
-    stats: &mut BurstStats,
-    start: Instant,
-    size: u64,
-) -> Result<(), EngineError> {
-    for wc in wcs {
-        wc.check()?;
-        let (q, index) = split_wr_id(wc.wr_id);
-        let window = windows
-            .get_mut(usize::from(q))
-            .ok_or(WindowError::UnexpectedCompletion {
-                wr_index: index,
-                expected: None,
-            })?;
-        let covered = window.on_completion(index)?;
-        stats.on_completion(q, start.elapsed(), covered, covered * size);
     }
     Ok(())
 }
 
-/// How long the burst should take if all goes to plan: the duration, or the messages at the
-/// rate limit; `None` for unpaced count bursts, whose length only the link decides.
-fn plan_duration(plan: &BurstPlan, duration: Option<Duration>) -> Option<Duration> {
-    if duration.is_some() {
-        return duration;
+/// The I/O side of one burst: the clock, the verbs calls, and the buffers they use.
+struct Engine<'a> {
+    run: BurstRun,
+    targets: BurstTargets<'a>,
+    message_size: u64,
+    imm: u32,
+    start: Instant,
+    first_post_at: Option<Instant>,
+    posting: Duration,
+    planned: Vec<PlannedWrite>,
+    chain: Vec<WriteRequest>,
+    wcs: [Completion; POLL_BATCH],
+}
+
+impl Engine<'_> {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
     }
-    match (plan.rate(), plan.total_messages()) {
-        (Some(rate), Some(total)) => Some(
-            Duration::try_from_secs_f64(total as f64 / rate.messages_per_second())
-                .unwrap_or(Duration::MAX / 4),
-        ),
-        _ => None,
+
+    /// Posts, reaps and waits until the burst is done or abandoned.
+    fn drive(&mut self) -> Result<(), EngineError> {
+        loop {
+            self.run.check(self.now())?;
+            let posted = self.post_round()?;
+            let reaped = self.reap()?;
+            if self.run.is_done() {
+                return Ok(());
+            }
+            if posted == 0 && reaped == 0 {
+                self.wait()?;
+            }
+        }
+    }
+
+    /// Posts what the run allows now, one chain per QP. Returns how many WRs.
+    fn post_round(&mut self) -> Result<usize, EngineError> {
+        self.planned.clear();
+        let now = self.now();
+        self.run.plan_round(now, &mut self.planned)?;
+        let total = self.planned.len();
+        let mut i = 0;
+        while i < total {
+            let qp = self.planned[i].qp;
+            let end = i + self.planned[i..]
+                .iter()
+                .take_while(|w| w.qp == qp)
+                .count();
+            self.post_chain(i..end)?;
+            i = end;
+        }
+        Ok(total)
+    }
+
+    fn post_chain(&mut self, range: std::ops::Range<usize>) -> Result<(), EngineError> {
+        let size = self.message_size;
+        let slots = self.targets.slots.max(1);
+        self.chain.clear();
+        let mut qp = 0;
+        for w in &self.planned[range] {
+            qp = usize::from(w.qp);
+            let local_slot = qp as u64 * slots + w.slot;
+            let mut remote = self.targets.remote[qp];
+            remote.addr += w.slot * size;
+            let mut req = WriteRequest::new(
+                w.wr_id,
+                (local_slot * size) as usize,
+                size as u32, // checked to fit in check_targets
+                remote,
+            )
+            .signaled(w.signaled);
+            if w.last {
+                req = req.with_imm(self.imm);
+            }
+            self.chain.push(req);
+        }
+        let before = Instant::now();
+        self.first_post_at.get_or_insert(before);
+        self.targets.qps[qp].post_writes(self.targets.local, &self.chain)?;
+        self.posting += before.elapsed();
+        Ok(())
+    }
+
+    /// Polls the CQ once and retires what it returned. Returns how many completions.
+    fn reap(&mut self) -> Result<usize, EngineError> {
+        let polled = self.targets.cq.poll(&mut self.wcs)?;
+        let now = self.now();
+        for wc in &self.wcs[..polled] {
+            // A failed completion ends the burst with its status's reason; an out-of-order one
+            // is a provider bug and must not be counted as data.
+            wc.check()?;
+            self.run.on_completion(now, wc.wr_id)?;
+        }
+        Ok(polled)
+    }
+
+    /// Waits as the run's policy says: spin, sleep through a pacing gap, or arm the CQ and
+    /// block on its completion channel.
+    fn wait(&mut self) -> Result<(), EngineError> {
+        let (action, check_in) = self.run.wait_action(self.now());
+        match action {
+            WaitAction::Spin => std::hint::spin_loop(),
+            WaitAction::Sleep(d) => std::thread::sleep(check_in.map_or(d, |c| d.min(c))),
+            WaitAction::Block { timeout } => {
+                self.targets.cq.arm()?;
+                // A completion may have arrived between the last poll and arming: take it
+                // without blocking (the armed event then fires later and is simply consumed).
+                if self.reap()? > 0 {
+                    return Ok(());
+                }
+                let block = timeout
+                    .unwrap_or(MAX_BLOCK)
+                    .min(MAX_BLOCK)
+                    .min(check_in.unwrap_or(MAX_BLOCK));
+                self.targets.cq.wait(block)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn timing(&self) -> BurstTiming {
+        BurstTiming {
+            first_post_at: self.first_post_at,
+            posting: self.posting,
+            posted_per_qp: self.run.posted_per_qp(),
+        }
     }
 }
 

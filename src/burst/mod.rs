@@ -25,11 +25,13 @@ pub mod engine;
 pub mod pacing;
 pub mod pattern;
 pub mod plan;
+pub mod run;
 pub mod signal;
 pub mod stats;
 
 pub use pacing::{Completions, PaceDecision, Pacer, WaitAction, WaitPolicy};
 pub use pattern::Mismatch;
 pub use plan::{BurstLength, BurstPlan, BurstPlanBuilder, PlanError};
+pub use run::{BurstRun, PlannedWrite, StallClock};
 pub use signal::{PostedWr, SendWindow, SignalPolicy, WindowError};
 pub use stats::{BurstReport, BurstStats};

@@ -326,12 +326,36 @@ pub struct ResponderArgs {
     )]
     pub max_pinned: ByteSize,
 
-    /// A session with no control message for this long is closed and its memory freed
-    /// (e.g. 60s, 5m).
+    /// Most memory one session's regions may take, e.g. 64MiB. A burst whose messages fit is
+    /// verified message by message (each lands at its own offset); a longer one over its last
+    /// messages, as many as fit.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "64MiB",
+        value_parser = parse_byte_size,
+        help_heading = "Limits"
+    )]
+    pub max_session_memory: ByteSize,
+
+    /// Most connections authenticating at once; more are refused at once (strangers cannot
+    /// use up the session limit: a session permit is taken only after authentication).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        value_parser = clap::value_parser!(u32).range(1..=4096),
+        help_heading = "Limits"
+    )]
+    pub max_handshakes: u32,
+
+    /// A session with no control message for this long between bursts is closed and its
+    /// memory freed (e.g. 60s, 5m); the prober rebuilds it for its next burst. During a burst
+    /// the responder waits for the burst's own deadline instead.
     #[arg(
         long,
         value_name = "DURATION",
-        default_value = "60s",
+        default_value = "5m",
         value_parser = parse_duration_flag,
         help_heading = "Limits"
     )]
@@ -395,10 +419,17 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub bursts: u32,
 
-    /// Deadline for each control exchange, and how long the burst may overrun its plan
-    /// (e.g. 10s, 1m).
+    /// Deadline for each control exchange, and how long completions may stop arriving before
+    /// the burst is abandoned (e.g. 10s, 1m). A paced --messages/--bytes burst also ends at
+    /// twice its planned length plus this, reporting what it measured so far; a --duration
+    /// burst at its duration plus this.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration_flag)]
     pub timeout: Duration,
+
+    /// Most memory the session's regions may take on each end, e.g. 64MiB: a burst whose
+    /// messages fit is verified message by message, a longer one over its last messages.
+    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_byte_size)]
+    pub max_session_memory: ByteSize,
 
     #[command(flatten)]
     pub node: NodeArgs,
@@ -596,6 +627,8 @@ impl ResponderArgs {
                 // u32 → usize cannot fail on the 32/64-bit targets RDMA runs on.
                 max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
                 max_pinned_bytes: self.max_pinned.bytes(),
+                max_session_bytes: self.max_session_memory.bytes(),
+                max_handshakes: usize::try_from(self.max_handshakes).unwrap_or(usize::MAX),
                 idle_timeout: self.idle_timeout,
                 io_timeout: self.timeout,
             },
@@ -655,6 +688,7 @@ impl ProbeArgs {
                 service_level: self.service_level,
                 auth,
                 timeout: self.timeout,
+                max_session_bytes: self.max_session_memory.bytes(),
             },
             plan,
             json: self.json,
@@ -1094,7 +1128,9 @@ mod tests {
         assert_eq!(r.listen, "0.0.0.0:18516".parse().unwrap());
         assert_eq!(r.settings.max_sessions, 16);
         assert_eq!(r.settings.max_pinned_bytes, 1 << 30);
-        assert_eq!(r.settings.idle_timeout, Duration::from_secs(60));
+        assert_eq!(r.settings.idle_timeout, Duration::from_secs(300));
+        assert_eq!(r.settings.max_session_bytes, 64 << 20);
+        assert_eq!(r.settings.max_handshakes, 8);
         assert_eq!(r.settings.io_timeout, Duration::from_secs(10));
         assert_eq!(r.settings.node_name, "b");
 

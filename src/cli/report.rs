@@ -255,7 +255,11 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
         out,
         " {:<23}: {}",
         "Validated",
-        if outcome.validated { "yes" } else { "no" }
+        match (outcome.validated, outcome.verified_messages) {
+            (true, Some(n)) => format!("yes ({n} messages checked, each at its own offset)"),
+            (true, None) => "yes".to_string(),
+            (false, _) => "no".to_string(),
+        }
     );
     if !outcome.remote_counters.is_empty() {
         let _ = writeln!(

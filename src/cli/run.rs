@@ -78,19 +78,12 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
     if action.bursts == 1 {
         print(&prober::probe_once(&action.settings).await)?;
     } else {
-        match prober::Session::establish(&action.settings).await {
-            Ok(mut session) => {
-                for _ in 0..action.bursts {
-                    let outcome = session.burst().await;
-                    print(&outcome)?;
-                    if !session.is_usable() {
-                        break;
-                    }
-                }
-                session.close().await;
-            }
-            Err(e) => print(&prober::ProbeOutcome::failed(&action.settings, &e))?,
+        // One warm session: rebuilt after a failure, as the exporter does.
+        let mut warm = prober::WarmSession::new(action.settings.clone());
+        for _ in 0..action.bursts {
+            print(&warm.burst().await)?;
         }
+        warm.close().await;
     }
     Ok(if failed {
         ExitCode::FAILURE

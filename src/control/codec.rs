@@ -219,6 +219,7 @@ mod tests {
             Message::BurstStart {
                 burst_id: u64::MAX,
                 seed: 0x0123_4567_89ab_cdef,
+                deadline_ms: None,
             },
             Message::BurstReady { burst_id: 3 },
             Message::Busy {
@@ -227,6 +228,7 @@ mod tests {
             Message::BurstEnd {
                 burst_id: 3,
                 outcome: BurstOutcome::Completed,
+                posted_per_qp: vec![128, 127],
             },
             Message::BurstEnd {
                 burst_id: 4,
@@ -234,18 +236,21 @@ mod tests {
                     reason: ErrorReason::WcRetryExceeded,
                     detail: "transport retry counter exceeded".into(),
                 },
+                posted_per_qp: vec![],
             },
             Message::BurstResult(BurstResult {
                 burst_id: 3,
                 validated: true,
                 detail: None,
                 counters: vec![("port_rcv_data".into(), 123), ("np_cnp_sent".into(), 0)],
+                verified_messages: 255,
             }),
             Message::BurstResult(BurstResult {
                 burst_id: 4,
                 validated: false,
                 detail: Some("byte 17 of region 0: \"x\" \u{e9}".into()),
                 counters: vec![],
+                verified_messages: 0,
             }),
             Message::Error {
                 reason: ErrorReason::Auth,

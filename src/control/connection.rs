@@ -533,6 +533,7 @@ mod tests {
                 &Message::BurstStart {
                     burst_id: 1,
                     seed: 2,
+                    deadline_ms: None,
                 },
                 DEADLINE,
             )
@@ -627,6 +628,7 @@ mod tests {
                 &Message::BurstStart {
                     burst_id: 1,
                     seed: 1,
+                    deadline_ms: None,
                 },
                 DEADLINE,
             )

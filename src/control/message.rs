@@ -89,7 +89,16 @@ pub enum Message {
     SessionAccept(SessionAccept),
     /// Client → server: a burst is about to start; the responder prepares its region (pattern
     /// check for `seed`) and snapshots its port counters.
-    BurstStart { burst_id: u64, seed: u64 },
+    BurstStart {
+        burst_id: u64,
+        seed: u64,
+        /// How long the prober lets the burst run before abandoning it (its planned length plus
+        /// slack); `None` for an unpaced count burst, which takes as long as the link needs. The
+        /// control channel is silent during a burst: the responder waits at least this long (plus
+        /// its control timeout) for `BurstEnd` before it gives up on the session.
+        #[serde(default)]
+        deadline_ms: Option<u64>,
+    },
     /// Server → client: ready for the burst announced by `burst_id`.
     BurstReady { burst_id: u64 },
     /// Server → client: the responder is serving someone else or out of resources; not a failure
@@ -99,6 +108,9 @@ pub enum Message {
     BurstEnd {
         burst_id: u64,
         outcome: BurstOutcome,
+        /// WRITEs posted on each QP: the responder verifies the last slots' worth of each.
+        #[serde(default)]
+        posted_per_qp: Vec<u64>,
     },
     /// Server → client: the responder's verdict on the data and its counter increases.
     BurstResult(BurstResult),
@@ -202,6 +214,9 @@ pub struct BurstResult {
     pub detail: Option<String>,
     /// Increases of allowlisted port counters on the responder during the burst (`side="remote"`).
     pub counters: Vec<(String, u64)>,
+    /// How many messages' data the responder checked (each at its own offset).
+    #[serde(default)]
+    pub verified_messages: u64,
 }
 
 impl Message {
@@ -232,6 +247,12 @@ impl Message {
             Message::Hello { node, .. } => check_name("hello.node", node),
             Message::SessionRequest(r) => r.validate(),
             Message::SessionAccept(a) => a.validate(),
+            Message::BurstEnd { posted_per_qp, .. } if posted_per_qp.len() > MAX_QPS as usize => {
+                Err(format!(
+                    "burst_end.posted_per_qp has {} entries, more than {MAX_QPS} QPs",
+                    posted_per_qp.len()
+                ))
+            }
             _ => Ok(()),
         }
     }

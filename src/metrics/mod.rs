@@ -83,6 +83,11 @@ impl Metrics {
             "Bursts whose data did not verify on the responder",
             responder.validation_failures.clone(),
         );
+        registry.register(
+            format!("{PREFIX}_responder_verified_messages"),
+            "Messages whose data the responder checked at their own offset after a burst",
+            responder.verified_messages.clone(),
+        );
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),
@@ -151,6 +156,8 @@ pub enum SessionResult {
     Auth,
     /// The session limit or the pinned-memory budget.
     Limit,
+    /// Too many connections still in the authentication handshake.
+    HandshakeLimit,
     Protocol,
 }
 
@@ -161,6 +168,7 @@ impl SessionResult {
             SessionResult::Busy => "busy",
             SessionResult::Auth => "auth",
             SessionResult::Limit => "limit",
+            SessionResult::HandshakeLimit => "handshake_limit",
             SessionResult::Protocol => "protocol",
         }
     }
@@ -179,6 +187,11 @@ struct SessionLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ValidationLabels {
     device: String,
     peer: String,
@@ -189,6 +202,7 @@ struct ValidationLabels {
 pub struct ResponderMetrics {
     sessions: Family<SessionLabels, Counter>,
     validation_failures: Family<ValidationLabels, Counter>,
+    verified_messages: Family<DeviceLabels, Counter>,
 }
 
 impl ResponderMetrics {
@@ -208,6 +222,14 @@ impl ResponderMetrics {
                 peer: peer.to_owned(),
             })
             .inc();
+    }
+
+    pub fn verified_messages(&self, device: &str, messages: u64) {
+        self.verified_messages
+            .get_or_create(&DeviceLabels {
+                device: device.to_owned(),
+            })
+            .inc_by(messages);
     }
 }
 

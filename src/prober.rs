@@ -357,7 +357,8 @@ impl Session {
             })
             .collect();
         // Both ends use the smaller number of slots.
-        let granted = accept.regions.iter().map(|r| r.len).min().unwrap_or(0) / settings.message_size;
+        let granted =
+            accept.regions.iter().map(|r| r.len).min().unwrap_or(0) / settings.message_size;
         let slots = set.slots().min(granted).max(1);
         let (set, seed) = prepare_pattern(set).await?;
         let worker = BurstWorker::start()?;
@@ -489,7 +490,7 @@ impl Session {
             Err(BurstFailure { error, partial }) => {
                 // What completed before the failure is still a measurement (a link slower than
                 // the pace gets its achieved bandwidth next to the error).
-                outcome.report = partial;
+                outcome.report = partial.map(|r| *r);
                 let failure = ProbeError::from(error);
                 // The QPs are in the error state: drop them; tell the responder best effort.
                 drop(set);
@@ -519,7 +520,8 @@ impl Session {
             posted_per_qp: timing.posted_per_qp,
         };
         // The next burst's pattern is written while the responder verifies this one.
-        let (prepared, reply) = tokio::join!(prepare_pattern(set), self.conn.request(&end, timeout));
+        let (prepared, reply) =
+            tokio::join!(prepare_pattern(set), self.conn.request(&end, timeout));
         let (set, seed) = prepared?;
         self.seed = seed;
         self.set = Some(set);

@@ -146,7 +146,12 @@ async fn watch_port(mut ctx: Context, readiness: Readiness) {
             }
         };
         if active != was_active {
-            tracing::warn!(device = ctx.device_name(), port = ctx.port(), active, "port state changed");
+            tracing::warn!(
+                device = ctx.device_name(),
+                port = ctx.port(),
+                active,
+                "port state changed"
+            );
             was_active = active;
         }
         readiness.set(active);
@@ -767,7 +772,9 @@ mod tests {
         admission: Admission,
     ) -> (
         String,
-        tokio::sync::mpsc::UnboundedReceiver<Result<(String, OwnedSemaphorePermit), SessionFailure>>,
+        tokio::sync::mpsc::UnboundedReceiver<
+            Result<(String, OwnedSemaphorePermit), SessionFailure>,
+        >,
     ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -801,10 +808,19 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(&mut prober, "node-a", &AuthMode::None, Duration::from_secs(2))
+        client_handshake(
+            &mut prober,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        let admitted = results
+            .recv()
             .await
-            .unwrap();
-        let admitted = results.recv().await.unwrap().expect("the prober is admitted");
+            .unwrap()
+            .expect("the prober is admitted");
         assert_eq!(admitted.0, "node-a");
         // The strangers time out in the handshake, refused as timeouts, not as sessions.
         for _ in 0..3 {
@@ -822,9 +838,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = Instant::now();
         let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let err = client_handshake(&mut third, "node-c", &AuthMode::None, Duration::from_secs(2))
-            .await
-            .unwrap_err();
+        let err = client_handshake(
+            &mut third,
+            "node-c",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
         assert!(started.elapsed() < Duration::from_millis(500), "{err}");
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::HandshakeLimit));
@@ -834,12 +855,23 @@ mod tests {
     async fn past_the_session_limit_an_authenticated_prober_is_refused_as_limit() {
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4))).await;
         let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(&mut first, "node-a", &AuthMode::None, Duration::from_secs(2))
-            .await
-            .unwrap();
+        client_handshake(
+            &mut first,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
         let _held = results.recv().await.unwrap().unwrap();
         let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let _ = client_handshake(&mut second, "node-b", &AuthMode::None, Duration::from_secs(2)).await;
+        let _ = client_handshake(
+            &mut second,
+            "node-b",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await;
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
     }
@@ -869,9 +901,15 @@ mod tests {
     #[test]
     fn slots_follow_the_request_within_the_session_budget() {
         // 200 messages of 64 KiB on one QP fit a 64 MiB budget: one slot each.
-        assert_eq!(granted_slots(&request(1, 65536, 200 * 65536), 64 << 20), 200);
+        assert_eq!(
+            granted_slots(&request(1, 65536, 200 * 65536), 64 << 20),
+            200
+        );
         // 4 QPs x 1000 slots x 64 KiB do not: 64 MiB / (4 x 64 KiB) = 256 each.
-        assert_eq!(granted_slots(&request(4, 65536, 1000 * 65536), 64 << 20), 256);
+        assert_eq!(
+            granted_slots(&request(4, 65536, 1000 * 65536), 64 << 20),
+            256
+        );
         // A message larger than the budget still gets its one slot.
         assert_eq!(granted_slots(&request(1, 1 << 30, 1 << 30), 64 << 20), 1);
     }

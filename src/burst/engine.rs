@@ -43,9 +43,13 @@ const MAX_BLOCK: Duration = Duration::from_millis(100);
 pub enum EngineError {
     #[error(transparent)]
     Verbs(#[from] VerbsError),
-    #[error("no completion for {0:?} with a signaled WRITE outstanding (completions stopped arriving)")]
+    #[error(
+        "no completion for {0:?} with a signaled WRITE outstanding (completions stopped arriving)"
+    )]
     Stalled(Duration),
-    #[error("burst did not complete within its deadline of {0:?} (the link is slower than the pace)")]
+    #[error(
+        "burst did not complete within its deadline of {0:?} (the link is slower than the pace)"
+    )]
     Deadline(Duration),
     #[error("completion bookkeeping failed: {0}")]
     Window(#[from] WindowError),
@@ -78,7 +82,7 @@ impl From<Abandon> for EngineError {
 #[derive(Debug)]
 pub struct BurstFailure {
     pub error: EngineError,
-    pub partial: Option<BurstReport>,
+    pub partial: Option<Box<BurstReport>>,
 }
 
 impl<E: Into<EngineError>> From<E> for BurstFailure {
@@ -145,7 +149,9 @@ pub fn run_burst(
         Ok(()) => Ok((engine.run.report(), engine.timing())),
         Err(error) => Err(BurstFailure {
             error,
-            partial: Some(engine.run.report()).filter(|r| r.messages > 0),
+            partial: Some(engine.run.report())
+                .filter(|r| r.messages > 0)
+                .map(Box::new),
         }),
     }
 }
@@ -220,10 +226,7 @@ impl Engine<'_> {
         let mut i = 0;
         while i < total {
             let qp = self.planned[i].qp;
-            let end = i + self.planned[i..]
-                .iter()
-                .take_while(|w| w.qp == qp)
-                .count();
+            let end = i + self.planned[i..].iter().take_while(|w| w.qp == qp).count();
             self.post_chain(i..end)?;
             i = end;
         }

@@ -419,7 +419,8 @@ mod tests {
         let mut out = Vec::new();
         let mut now = Duration::ZERO;
         while now < s(19.5) {
-            run.check(now).expect("no stall before the first signaled WR");
+            run.check(now)
+                .expect("no stall before the first signaled WR");
             run.plan_round(now, &mut out).unwrap();
             now += s(0.05);
         }
@@ -449,13 +450,13 @@ mod tests {
         // The link carries 30 messages/s, steadily: never a stall, but past the deadline.
         simulate(&mut run, s(1.0 / 30.0), s(0.01), s(0.01), s(2.5));
         assert!(!run.is_done());
-        assert!(matches!(
-            run.check(s(2.51)),
-            Err(Abandon::Deadline { .. })
-        ));
+        assert!(matches!(run.check(s(2.51)), Err(Abandon::Deadline { .. })));
         let partial = run.report();
         // About 30 msg/s x 64 KiB achieved: the figure a too-slow link gets next to the error.
-        assert!(partial.messages > 50 && partial.messages < 100, "{partial:?}");
+        assert!(
+            partial.messages > 50 && partial.messages < 100,
+            "{partial:?}"
+        );
         let rate = partial.message_rate_per_second;
         assert!((rate - 30.0).abs() < 3.0, "{partial:?}");
     }

@@ -419,6 +419,12 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub bursts: u32,
 
+    /// With --bursts: wait this long after each burst before the next (e.g. 60s, as the
+    /// exporter's interval). A session the responder closed as idle meanwhile is rebuilt
+    /// (`new_session`), not counted as a failure.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_pause)]
+    pub pause: Duration,
+
     /// Deadline for each control exchange, and how long completions may stop arriving before
     /// the burst is abandoned (e.g. 10s, 1m). A paced --messages/--bytes burst also ends at
     /// twice its planned length plus this, reporting what it measured so far; a --duration
@@ -594,6 +600,8 @@ pub struct ProbeAction {
     pub json: bool,
     /// Bursts to run on one session.
     pub bursts: u32,
+    /// Wait between bursts.
+    pub pause: Duration,
 }
 
 impl Cli {
@@ -693,6 +701,7 @@ impl ProbeArgs {
             plan,
             json: self.json,
             bursts: self.bursts,
+            pause: self.pause,
         })
     }
 }
@@ -750,6 +759,10 @@ fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
         }
         e => e.to_string(),
     })
+}
+
+fn parse_pause(s: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn parse_duration_flag(s: &str) -> Result<Duration, String> {

@@ -80,7 +80,10 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
     } else {
         // One warm session: rebuilt after a failure, as the exporter does.
         let mut warm = prober::WarmSession::new(action.settings.clone());
-        for _ in 0..action.bursts {
+        for i in 0..action.bursts {
+            if i > 0 && !action.pause.is_zero() {
+                tokio::time::sleep(action.pause).await;
+            }
             print(&warm.burst().await)?;
         }
         warm.close().await;

@@ -43,6 +43,7 @@ fn probe_between_two_nodes() {
     let ok = json(&run, "node1", "success.json");
     assert_eq!(exit_code(&run, "success"), "0", "{ok}");
     assert_eq!(ok["validated"], true, "{ok}");
+    assert_eq!(ok["verified_messages"], 200, "{ok}");
     assert!(ok["error"].is_null(), "{ok}");
     assert_eq!(ok["messages"], 200, "{ok}");
     assert_eq!(ok["bytes"].as_u64(), Some(200 * 65536), "{ok}");
@@ -200,4 +201,70 @@ fn losing_the_prober_node_mid_burst_frees_the_responder() {
         "{scrape}"
     );
     assert!(!scrape.contains(r#"result="busy""#), "{scrape}");
+}
+
+/// What an always-on exporter needs from the engine and the responder (see the scenario).
+#[test]
+fn long_running_service_behaviours() {
+    let run = support::run("probe-service", 2, "probe-service.sh", &[BIN.as_ref()], 600);
+    run.assert_success();
+
+    // CQ moderation 100 at 20 msg/s: 5 s of unsignaled WRITEs is not a 3 s stall.
+    let low = json(&run, "node1", "low-rate.json");
+    assert_eq!(exit_code(&run, "low-rate"), "0", "{low}");
+    assert_eq!(low["messages"], 150, "{low}");
+    assert_eq!(low["validated"], true, "{low}");
+    eprintln!(
+        "4 KiB at 20 msg/s, --timeout 3s: {} messages in {:.1} s, first completion after {:.1} s",
+        low["messages"],
+        f64_of(&low, "elapsed_seconds"),
+        f64_of(&low, "completion_gap_max_seconds")
+    );
+
+    // An 8 s burst outlives the responder's 4 s idle timeout.
+    let long = json(&run, "node1", "long.json");
+    assert_eq!(exit_code(&run, "long"), "0", "{long}");
+    assert_eq!(long["validated"], true, "{long}");
+    assert!(f64_of(&long, "elapsed_seconds") >= 7.9, "{long}");
+
+    // Two bursts 6 s apart: the responder closed the idle session, the prober rebuilt it.
+    let warm = run.file("node1", "warm.json");
+    let bursts: Vec<Value> = warm
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(exit_code(&run, "warm"), "0", "{warm}");
+    assert_eq!(bursts.len(), 2, "{warm}");
+    for b in &bursts {
+        assert!(b["error"].is_null() && b["validated"] == true, "{b}");
+        assert_eq!(b["new_session"], true, "{b}");
+    }
+    let responder_log = run.file("node2", "responder.log");
+    assert!(
+        responder_log.contains("idle session closed"),
+        "{responder_log}"
+    );
+
+    // Every message checked at its own offset; over the memory budget, the last 16 of 64.
+    let all = json(&run, "node1", "verify-all.json");
+    assert_eq!(all["verified_messages"], 200, "{all}");
+    let window = json(&run, "node1", "verify-window.json");
+    assert_eq!(window["validated"], true, "{window}");
+    assert_eq!(window["verified_messages"], 16, "{window}");
+
+    // A link at a third of the pace: a figure near the link's rate, next to `timeout`.
+    let slow = json(&run, "node1", "slow.json");
+    assert_eq!(slow["error"], "timeout", "{slow}");
+    let achieved = f64_of(&slow, "bandwidth_bytes_per_second") * 8e-6;
+    eprintln!(
+        "link at 2 Mb/s under a 6 Mb/s pace: {} of 60 messages, {achieved:.2} Mb/s, then timeout",
+        slow["messages"]
+    );
+    assert!(achieved > 1.0 && achieved < 2.5, "{slow}");
+
+    // Readiness follows the port.
+    let r = run.results("node2");
+    assert_eq!(r["readyz_before"], "200", "{r:?}");
+    assert_eq!(r["readyz_link_down"], "503", "{r:?}");
+    assert_eq!(r["readyz_link_up"], "200", "{r:?}");
 }

@@ -42,6 +42,8 @@ mod rng;
 mod scheduler;
 pub mod select;
 #[cfg(test)]
+mod simulation;
+#[cfg(test)]
 mod tests;
 
 pub use path::{

@@ -14,5 +14,6 @@ pub mod metrics;
 pub mod prober;
 pub mod reason;
 pub mod responder;
+pub mod schedule;
 pub mod session;
 pub mod verbs;

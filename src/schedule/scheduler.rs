@@ -1,0 +1,552 @@
+//! The [`Scheduler`]: per-path due times, one burst per local device, busy backoff, budget.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::budget::{secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
+use super::path::{
+    Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
+};
+use super::rng::SplitMix64;
+
+/// Default share of a device's wall time that bursts may take.
+pub const DEFAULT_DUTY_CYCLE: f64 = 0.05;
+/// Default idle time a device banks for later bursts (3 s of bursting at 5%).
+pub const DEFAULT_CREDIT_WINDOW: Duration = Duration::from_secs(60);
+/// Default window of the measured duty cycle ([`DeviceStats::duty_cycle_used`]).
+pub const DEFAULT_MEASURE_WINDOW: Duration = Duration::from_secs(600);
+/// Default first wait after a `busy` answer; it doubles on each further one.
+pub const DEFAULT_BUSY_BACKOFF: Duration = Duration::from_secs(1);
+/// Default cap of the busy backoff.
+pub const DEFAULT_BUSY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Weight of the newest burst in a path's moving-average cost.
+const COST_EWMA_WEIGHT: f64 = 0.25;
+
+/// Scheduler settings (per node; the duty cycle applies to each local device separately).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleConfig {
+    /// Share of wall time a device may spend bursting, `0 < duty_cycle ≤ 1`.
+    pub duty_cycle: f64,
+    /// Longest idle time banked as credit: after a quiet spell up to
+    /// `duty_cycle × credit_window` of bursts may run back to back.
+    pub credit_window: Duration,
+    /// Window over which [`DeviceStats::duty_cycle_used`] is measured.
+    pub measure_window: Duration,
+    /// First wait after a `busy` answer.
+    pub busy_backoff: Duration,
+    /// Cap of the doubling busy backoff.
+    pub busy_backoff_max: Duration,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            duty_cycle: DEFAULT_DUTY_CYCLE,
+            credit_window: DEFAULT_CREDIT_WINDOW,
+            measure_window: DEFAULT_MEASURE_WINDOW,
+            busy_backoff: DEFAULT_BUSY_BACKOFF,
+            busy_backoff_max: DEFAULT_BUSY_BACKOFF_MAX,
+        }
+    }
+}
+
+impl ScheduleConfig {
+    /// The defaults with another duty cycle.
+    pub fn with_duty_cycle(duty_cycle: f64) -> Self {
+        ScheduleConfig {
+            duty_cycle,
+            ..ScheduleConfig::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), ScheduleError> {
+        if !(self.duty_cycle > 0.0 && self.duty_cycle <= 1.0) {
+            return Err(ScheduleError::DutyCycle(self.duty_cycle));
+        }
+        for (name, value) in [
+            ("measure_window", self.measure_window),
+            ("busy_backoff", self.busy_backoff),
+        ] {
+            if value.is_zero() {
+                return Err(ScheduleError::ZeroDuration { name, value });
+            }
+        }
+        if self.busy_backoff_max < self.busy_backoff {
+            return Err(ScheduleError::Backoff {
+                initial: self.busy_backoff,
+                max: self.busy_backoff_max,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a device's budget looks like now, for the metrics and the status page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceStats {
+    /// Paths of this device in the current set.
+    pub paths: usize,
+    /// A burst is running.
+    pub running: bool,
+    /// The configured duty cycle.
+    pub duty_cycle_budget: f64,
+    /// Share of the last measure window spent bursting (completed bursts; reads low during the
+    /// first window). `rdma_probe_schedule_duty_cycle_ratio`.
+    pub duty_cycle_used: f64,
+    /// Share of wall time the paths want at their configured intervals: Σ cost / interval.
+    pub demand: f64,
+    /// Factor (≥ 1) applied to every interval of the device so the demand fits the budget.
+    /// `rdma_probe_schedule_interval_stretch_ratio`.
+    pub stretch_factor: f64,
+    /// Bursts completed on this device (also of paths since removed).
+    pub bursts: u64,
+    /// Burst time charged to this device.
+    pub burst_time: Duration,
+    /// Dispatches held back by the budget.
+    pub deferred_budget: u64,
+    /// `busy` answers.
+    pub deferred_busy: u64,
+}
+
+/// One path's schedule and counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathStatus {
+    /// Earliest dispatch time (the device and budget permitting).
+    pub next_due: Duration,
+    /// A burst of this path is running.
+    pub running: bool,
+    /// Retrying after `busy` answers, until this regular slot.
+    pub retry_until: Option<Duration>,
+    /// The interval now in force: the plan's, times the device's stretch.
+    pub effective_interval: Duration,
+    /// Moving average of the path's burst time (starts at the plan's expected burst).
+    pub cost: Duration,
+    pub stats: PathStats,
+}
+
+/// What [`Scheduler::completed`] did with a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The path's next due time was updated.
+    Recorded,
+    /// The path left the set while its burst ran: the device is free again and the burst time
+    /// was charged, nothing else.
+    PathGone,
+    /// No burst of this path was running (a duplicate or stray report): ignored.
+    NotRunning,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    started: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct PathState {
+    plan: PathPlan,
+    next_due: Duration,
+    /// While retrying after `busy`: the regular slot where retries give up.
+    retry_until: Option<Duration>,
+    /// Busy retries dispatched in the current slot.
+    retries: u32,
+    backoff: Duration,
+    running: Option<Running>,
+    /// Moving average of burst time, seconds.
+    cost: f64,
+    stats: PathStats,
+}
+
+impl PathState {
+    fn new(plan: PathPlan, backoff: Duration) -> Self {
+        PathState {
+            cost: plan.expected_burst.as_secs_f64(),
+            plan,
+            next_due: Duration::ZERO,
+            retry_until: None,
+            retries: 0,
+            backoff,
+            running: None,
+            stats: PathStats::default(),
+        }
+    }
+
+    /// `interval × stretch`.
+    fn effective_interval(&self, stretch: f64) -> Duration {
+        secs_to_duration(self.plan.interval.as_secs_f64() * stretch)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct DeviceState {
+    paths: BTreeMap<PathKey, PathState>,
+    /// The running burst, possibly of a path that has since left the set.
+    running: Option<PathKey>,
+    /// When the device last became idle (start, or the last completion).
+    idle_since: Duration,
+    gate: Gate,
+    window: BurstWindow,
+    bursts: u64,
+    burst_time: Duration,
+    deferred_budget: u64,
+    deferred_busy: u64,
+}
+
+impl DeviceState {
+    fn new(now: Duration, config: &ScheduleConfig) -> Self {
+        DeviceState {
+            paths: BTreeMap::new(),
+            running: None,
+            idle_since: now,
+            gate: Gate::new(now, config.credit_window),
+            window: BurstWindow::new(config.measure_window),
+            bursts: 0,
+            burst_time: Duration::ZERO,
+            deferred_budget: 0,
+            deferred_busy: 0,
+        }
+    }
+
+    fn demand(&self) -> f64 {
+        self.paths
+            .values()
+            .map(|p| p.cost / p.plan.interval.as_secs_f64())
+            .sum()
+    }
+
+    /// The path that goes next: the most overdue idle one (ties: key order).
+    fn next_path(&self) -> Option<(&PathKey, Duration)> {
+        self.paths
+            .iter()
+            .filter(|(_, p)| p.running.is_none())
+            .min_by_key(|(_, p)| p.next_due)
+            .map(|(k, p)| (k, p.next_due))
+    }
+}
+
+/// Decides when each path is probed. Pure: time and randomness are injected, nothing blocks.
+///
+/// Time is a `Duration` since an epoch the caller picks (e.g. an `Instant` taken at start-up) and
+/// must not go backwards; every method that depends on it takes `now`. The caller loop:
+/// 1. [`poll`](Scheduler::poll) → start each [`Dispatch`] (each on a different local device);
+/// 2. when a burst is over, [`completed`](Scheduler::completed);
+/// 3. sleep until [`wait_until`](Scheduler::wait_until) or a completion, whichever is first;
+/// 4. on a config reload or a change of the selected peers, [`set_paths`](Scheduler::set_paths).
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    config: ScheduleConfig,
+    rng: SplitMix64,
+    devices: BTreeMap<String, DeviceState>,
+}
+
+impl Scheduler {
+    /// A scheduler with no paths. `node_seed` (see [`seed_from_name`](super::seed_from_name))
+    /// drives phases and jitter, so each node spreads its bursts differently and reproducibly.
+    pub fn new(node_seed: u64, config: ScheduleConfig) -> Result<Self, ScheduleError> {
+        config.validate()?;
+        Ok(Scheduler {
+            config,
+            rng: SplitMix64::new(node_seed),
+            devices: BTreeMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &ScheduleConfig {
+        &self.config
+    }
+
+    /// Applies new settings (a config reload) without losing any state. A new duty cycle
+    /// applies to the stretch at once and to the gate from the next burst; a new backoff from
+    /// the next `busy` answer. On error nothing changes.
+    pub fn set_config(&mut self, config: ScheduleConfig) -> Result<(), ScheduleError> {
+        config.validate()?;
+        for dev in self.devices.values_mut() {
+            dev.window.set_window(config.measure_window);
+        }
+        self.config = config;
+        Ok(())
+    }
+
+    /// Replaces the path set. Paths whose key stays keep their state (next due time, busy
+    /// backoff, cost estimate, counters); a changed plan takes effect from the path's next
+    /// interval, except that a shorter interval pulls a later due time in (to a random point
+    /// within the new interval, so a reload does not line paths up). New paths get a random
+    /// phase within their first (stretched) interval. A removed path's running burst keeps its
+    /// device busy until it is reported. On error nothing changes.
+    pub fn set_paths(&mut self, plans: Vec<PathPlan>, now: Duration) -> Result<(), ScheduleError> {
+        let mut seen = BTreeSet::new();
+        for plan in &plans {
+            plan.validate()?;
+            if !seen.insert(&plan.key) {
+                return Err(ScheduleError::Duplicate(plan.key.clone()));
+            }
+        }
+        drop(seen);
+
+        let mut by_device: BTreeMap<String, Vec<PathPlan>> = BTreeMap::new();
+        for plan in plans {
+            by_device
+                .entry(plan.key.device.clone())
+                .or_default()
+                .push(plan);
+        }
+        // Devices that lost all their paths go, unless a burst is still running there.
+        self.devices.retain(|name, dev| {
+            if by_device.contains_key(name) {
+                return true;
+            }
+            dev.paths.clear();
+            dev.running.is_some()
+        });
+
+        for (name, plans) in by_device {
+            let config = &self.config;
+            let dev = self
+                .devices
+                .entry(name)
+                .or_insert_with(|| DeviceState::new(now, config));
+            let mut old = std::mem::take(&mut dev.paths);
+            // (key, pulled in: the interval got shorter) for paths needing a new due time.
+            let mut to_phase = Vec::new();
+            for plan in plans {
+                let key = plan.key.clone();
+                let state = match old.remove(&key) {
+                    Some(mut s) => {
+                        if plan.interval < s.plan.interval {
+                            to_phase.push((key.clone(), true));
+                        }
+                        if plan.expected_burst != s.plan.expected_burst {
+                            s.cost = plan.expected_burst.as_secs_f64();
+                        }
+                        s.plan = plan;
+                        s
+                    }
+                    None => {
+                        to_phase.push((key.clone(), false));
+                        PathState::new(plan, config.busy_backoff)
+                    }
+                };
+                dev.paths.insert(key, state);
+            }
+            let factor = stretch(dev.demand(), self.config.duty_cycle);
+            for (key, pulled_in) in to_phase {
+                let Some(p) = dev.paths.get_mut(&key) else {
+                    continue;
+                };
+                let phase = p.effective_interval(factor).mul_f64(self.rng.unit());
+                let due = now.saturating_add(phase);
+                p.next_due = if pulled_in { p.next_due.min(due) } else { due };
+            }
+        }
+        Ok(())
+    }
+
+    /// Bursts to start now: at most one per local device, on devices with no running burst and
+    /// an open budget gate, each the most overdue due path of its device.
+    pub fn poll(&mut self, now: Duration) -> Vec<Dispatch> {
+        let mut out = Vec::new();
+        for dev in self.devices.values_mut() {
+            if dev.running.is_some() || !dev.gate.is_open(now) {
+                continue;
+            }
+            let Some((key, due)) = dev.next_path().map(|(k, d)| (k.clone(), d)) else {
+                continue;
+            };
+            if due > now {
+                continue;
+            }
+            // Held back by the budget: the gate opened after the path was due and the device
+            // was idle.
+            let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
+            let backoff = self.config.busy_backoff;
+            let Some(p) = dev.paths.get_mut(&key) else {
+                continue;
+            };
+            let attempt = match p.retry_until {
+                Some(until) if now < until => {
+                    p.retries += 1;
+                    Attempt::BusyRetry(p.retries)
+                }
+                _ => {
+                    p.retry_until = None;
+                    p.retries = 0;
+                    p.backoff = backoff;
+                    Attempt::Regular
+                }
+            };
+            p.running = Some(Running { started: now });
+            p.stats.dispatched += 1;
+            p.stats.last_start = Some(now);
+            if budget_deferred {
+                p.stats.deferred_budget += 1;
+                dev.deferred_budget += 1;
+            }
+            dev.running = Some(key.clone());
+            out.push(Dispatch {
+                key,
+                attempt,
+                due,
+                budget_deferred,
+            });
+        }
+        out
+    }
+
+    /// Reports the end of a dispatched burst. Success and failure schedule the path's next
+    /// regular probe one (stretched, jittered) interval after this burst started, never sooner;
+    /// `busy` retries after a doubling backoff, but never past the path's next regular slot.
+    pub fn completed(&mut self, key: &PathKey, outcome: Outcome, now: Duration) -> Completion {
+        let Some(dev) = self.devices.get_mut(&key.device) else {
+            return Completion::NotRunning;
+        };
+        if dev.running.as_ref() != Some(key) {
+            return Completion::NotRunning;
+        }
+        dev.running = None;
+        dev.idle_since = now;
+        dev.gate.charge(
+            now,
+            outcome.burst_time,
+            self.config.duty_cycle,
+            self.config.credit_window,
+        );
+        dev.window.record(now, outcome.burst_time);
+        dev.bursts += 1;
+        dev.burst_time = dev.burst_time.saturating_add(outcome.burst_time);
+
+        let run = match dev.paths.get_mut(key) {
+            Some(p) => match p.running.take() {
+                Some(run) => {
+                    if outcome.kind != OutcomeKind::Busy {
+                        p.cost += COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+                    }
+                    run
+                }
+                // Removed and added again while the old burst ran: that burst is not this
+                // path's.
+                None => return Completion::PathGone,
+            },
+            None => {
+                if dev.paths.is_empty() {
+                    self.devices.remove(&key.device);
+                }
+                return Completion::PathGone;
+            }
+        };
+        let factor = stretch(dev.demand(), self.config.duty_cycle);
+        let Some(p) = dev.paths.get_mut(key) else {
+            return Completion::PathGone;
+        };
+        let jitter = 1.0 + p.plan.jitter * (2.0 * self.rng.unit() - 1.0);
+        let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
+        match outcome.kind {
+            OutcomeKind::Success | OutcomeKind::Failure => {
+                if outcome.kind == OutcomeKind::Success {
+                    p.stats.successes += 1;
+                    p.stats.consecutive_failures = 0;
+                    p.stats.last_success = Some(run.started);
+                } else {
+                    p.stats.failures += 1;
+                    p.stats.consecutive_failures += 1;
+                }
+                p.next_due = run.started.saturating_add(gap);
+                p.retry_until = None;
+                p.retries = 0;
+                p.backoff = self.config.busy_backoff;
+            }
+            OutcomeKind::Busy => {
+                p.stats.deferred_busy += 1;
+                dev.deferred_busy += 1;
+                let slot = *p.retry_until.get_or_insert(run.started.saturating_add(gap));
+                let retry = now.saturating_add(p.backoff);
+                if retry < slot {
+                    p.next_due = retry;
+                    p.backoff = p
+                        .backoff
+                        .saturating_mul(2)
+                        .min(self.config.busy_backoff_max);
+                } else {
+                    // No room left in this interval: wait for the next regular slot.
+                    p.next_due = slot;
+                    p.retry_until = None;
+                }
+            }
+        }
+        Completion::Recorded
+    }
+
+    /// When [`poll`](Scheduler::poll) may next return something without a completion in
+    /// between: the earliest time an idle device has a due path and an open gate. It may be
+    /// `≤ now` (poll now). `None`: nothing will happen until a burst completes or the path set
+    /// changes.
+    pub fn wait_until(&self) -> Option<Duration> {
+        self.devices
+            .values()
+            .filter(|d| d.running.is_none())
+            .filter_map(|d| d.next_path().map(|(_, due)| due.max(d.gate.open_at())))
+            .min()
+    }
+
+    /// The path that `device` will probe next and the earliest time it may start (its due time,
+    /// or later if the budget gate is closed), ignoring a running burst.
+    pub fn next_due(&self, device: &str) -> Option<(&PathKey, Duration)> {
+        let d = self.devices.get(device)?;
+        d.next_path().map(|(k, due)| (k, due.max(d.gate.open_at())))
+    }
+
+    /// Budget and counters of a local device (also of one whose last path left while a burst
+    /// ran, until that burst is reported).
+    pub fn device_stats(&self, device: &str, now: Duration) -> Option<DeviceStats> {
+        let d = self.devices.get(device)?;
+        let demand = d.demand();
+        Some(DeviceStats {
+            paths: d.paths.len(),
+            running: d.running.is_some(),
+            duty_cycle_budget: self.config.duty_cycle,
+            duty_cycle_used: d.window.ratio(now),
+            demand,
+            stretch_factor: stretch(demand, self.config.duty_cycle),
+            bursts: d.bursts,
+            burst_time: d.burst_time,
+            deferred_budget: d.deferred_budget,
+            deferred_busy: d.deferred_busy,
+        })
+    }
+
+    /// Schedule and counters of one path of the current set.
+    pub fn path_status(&self, key: &PathKey) -> Option<PathStatus> {
+        let d = self.devices.get(&key.device)?;
+        let p = d.paths.get(key)?;
+        let factor = stretch(d.demand(), self.config.duty_cycle);
+        Some(PathStatus {
+            next_due: p.next_due,
+            running: p.running.is_some(),
+            retry_until: p.retry_until,
+            effective_interval: p.effective_interval(factor),
+            cost: secs_to_duration(p.cost),
+            stats: p.stats,
+        })
+    }
+
+    /// Local devices known to the scheduler, in name order.
+    pub fn devices(&self) -> impl Iterator<Item = &str> {
+        self.devices.keys().map(String::as_str)
+    }
+
+    /// The current path set, in key order (device, peer, rail).
+    pub fn paths(&self) -> impl Iterator<Item = &PathKey> {
+        self.devices.values().flat_map(|d| d.paths.keys())
+    }
+
+    /// Number of paths in the current set.
+    pub fn len(&self) -> usize {
+        self.devices.values().map(|d| d.paths.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Keeps gaps far from `Duration` overflow whatever the caller's `now`.
+const _: () = assert!(MAX_GAP.as_secs() < u64::MAX / 4);

@@ -21,10 +21,13 @@
 //! The decoder never panics and never allocates on the strength of the length field: a length above
 //! the limit is an error as soon as the header is complete, and the payload is parsed in place from
 //! the caller's buffer.
+//!
+//! The payload must be a JSON object: serde would also take the array form, which no peer sends
+//! and no documentation describes (see `message`).
 
 use thiserror::Error;
 
-use super::message::Message;
+use super::message::{object_form, Message};
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"RPXC";
@@ -145,10 +148,18 @@ pub(crate) fn decode_with_version(
     let Some(payload) = buf.get(HEADER_LEN..frame_len) else {
         return Ok(None);
     };
-    let msg: Message = serde_json::from_slice(payload)
+    let msg = parse_payload(payload)
         .map_err(|e| CodecError::Malformed(format!("invalid payload: {e}")))?;
     msg.validate().map_err(CodecError::Malformed)?;
     Ok(Some((msg, frame_len)))
+}
+
+/// The payload as a message in its documented form: one JSON object and nothing after it.
+fn parse_payload(payload: &[u8]) -> Result<Message, serde_json::Error> {
+    let mut json = serde_json::Deserializer::from_slice(payload);
+    let msg = object_form::deserialize(&mut json)?;
+    json.end()?;
+    Ok(msg)
 }
 
 #[cfg(test)]
@@ -551,6 +562,106 @@ mod tests {
             }
             Ok(None) => assert!(data.len() < MAX_FRAME_LEN),
             Err(_) => {}
+        }
+    }
+
+    fn decode_payload(payload: &[u8]) -> Result<Message, CodecError> {
+        decode(&frame(PROTOCOL_VERSION, 0, payload)).map(|m| m.expect("a whole frame").0)
+    }
+
+    #[test]
+    fn array_form_payloads_are_malformed() {
+        for payload in [
+            &br#"["burst_start",7,42]"#[..],
+            br#"["close"]"#,
+            br#"["auth_ok"]"#,
+            br#"["burst_ready",3]"#,
+            br#"["busy",250]"#,
+            br#"["error","auth","x"]"#,
+            br#" ["close"]"#,
+            br#"["hello","node-a","0707070707070707070707070707070707070707070707070707070707070707"]"#,
+        ] {
+            let err = decode_payload(payload).unwrap_err();
+            assert!(
+                matches!(&err, CodecError::Malformed(m) if m.contains("invalid type: sequence")),
+                "{}: {err:?}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        // The object form of the same messages still decodes.
+        assert!(matches!(
+            decode_payload(br#"{"type":"burst_start","burst_id":7,"seed":42}"#),
+            Ok(Message::BurstStart {
+                burst_id: 7,
+                seed: 42,
+                ..
+            })
+        ));
+        assert_eq!(decode_payload(br#"{"type":"close"}"#), Ok(Message::Close));
+    }
+
+    #[test]
+    fn array_form_nested_values_are_malformed() {
+        let gid = format!("\"{}\"", "00".repeat(16));
+        for payload in [
+            r#"{"type":"burst_end","burst_id":3,"outcome":["completed"]}"#.to_owned(),
+            r#"{"type":"burst_end","burst_id":3,"outcome":["failed","auth","x"]}"#.to_owned(),
+            format!(
+                r#"{{"type":"session_request","device":null,"qps":1,"message_size":1,
+                "region_bytes":1,"endpoints":[[17,5,0,{gid}]],"mtu":1024,
+                "link_rate_bits_per_second":null}}"#
+            ),
+            format!(
+                r#"{{"type":"session_accept","device":"mlx5_1",
+                "endpoints":[{{"qpn":17,"psn":5,"lid":0,"gid":{gid}}}],"regions":[[4096,1,4096]],
+                "mtu":1024,"link_rate_bits_per_second":null}}"#
+            ),
+        ] {
+            let err = decode_payload(payload.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, CodecError::Malformed(m) if m.contains("invalid type: sequence")),
+                "{payload}: {err:?}"
+            );
+        }
+        // The object forms of the same values decode.
+        let ok = decode_payload(
+            br#"{"type":"burst_end","burst_id":3,"outcome":{"status":"failed","reason":"auth"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            Message::BurstEnd {
+                burst_id: 3,
+                outcome: BurstOutcome::Failed {
+                    reason: ErrorReason::Auth,
+                    detail: String::new()
+                }
+            }
+        );
+        let accept = format!(
+            r#"{{"type":"session_accept","device":"mlx5_1",
+            "endpoints":[{{"qpn":17,"psn":5,"lid":0,"gid":{gid}}}],
+            "regions":[{{"addr":4096,"rkey":1,"len":4096}}],
+            "mtu":1024,"link_rate_bits_per_second":null}}"#
+        );
+        assert!(matches!(
+            decode_payload(accept.as_bytes()),
+            Ok(Message::SessionAccept(_))
+        ));
+    }
+
+    #[test]
+    fn duplicate_fields_stay_malformed() {
+        for payload in [
+            &br#"{"type":"burst_ready","burst_id":1,"burst_id":2}"#[..],
+            br#"{"type":"burst_end","burst_id":1,"outcome":{"status":"completed","status":"completed"}}"#,
+            br#"{"type":"burst_end","burst_id":1,"outcome":{"status":"failed","reason":"auth","reason":"timeout"}}"#,
+        ] {
+            assert!(
+                matches!(decode_payload(payload), Err(CodecError::Malformed(_))),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
         }
     }
 

@@ -1,7 +1,10 @@
 //! The messages of the control protocol, and the checks every decoded message must pass.
 //!
 //! The set is one serde enum, internally tagged by `"type"` (snake_case), so a frame's payload is a
-//! self-describing JSON object such as `{"type":"burst_start","burst_id":7,"seed":42}`. Adding a
+//! self-describing JSON object such as `{"type":"burst_start","burst_id":7,"seed":42}`. Only that
+//! object form decodes, at every level: serde would also take a struct or a tagged enum as a JSON
+//! array (`["burst_start",7,42]`), a second wire form that no documentation describes and no peer
+//! sends, so `codec::decode` and the nested fields' deserializers refuse it. Adding a
 //! message kind is adding a variant; a peer that does not know a kind fails to decode it with a
 //! `Malformed` error (never a panic). Unknown *fields* are ignored on purpose, so a later revision
 //! of protocol v1 can add an optional field (with `#[serde(default)]`) without breaking old peers;
@@ -98,6 +101,7 @@ pub enum Message {
     /// Client → server: the prober saw its last completion (or gave up).
     BurstEnd {
         burst_id: u64,
+        #[serde(deserialize_with = "object_form::deserialize")]
         outcome: BurstOutcome,
     },
     /// Server → client: the responder's verdict on the data and its counter increases.
@@ -127,6 +131,7 @@ pub struct SessionRequest {
     /// Bytes of remote memory to register per QP (at least one message).
     pub region_bytes: u64,
     /// The prober's QPs.
+    #[serde(deserialize_with = "object_form::vec")]
     pub endpoints: Vec<QpEndpoint>,
     /// The prober's active path MTU in bytes (one of [`VALID_MTUS`]).
     pub mtu: u32,
@@ -147,8 +152,10 @@ pub struct SessionAccept {
     /// The responder device actually used (the `peer_device` label).
     pub device: String,
     /// The responder's QPs, in the order of the request's endpoints.
+    #[serde(deserialize_with = "object_form::vec")]
     pub endpoints: Vec<QpEndpoint>,
     /// One remote-writable region per QP, in the same order.
+    #[serde(deserialize_with = "object_form::vec")]
     pub regions: Vec<RemoteRegion>,
     /// The responder's active MTU in bytes; the path MTU is the minimum of both ends and the config.
     pub mtu: u32,
@@ -342,6 +349,66 @@ fn check_endpoints(msg: &str, endpoints: &[QpEndpoint]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Serde adapter for a struct or tagged enum nested in a message: the JSON-object form only.
+///
+/// Derived `Deserialize` impls also take a JSON array of the field values (and internally tagged
+/// enums an array that starts with the tag), which would make the field order a second, undocumented
+/// wire format. Asking the deserializer for a map instead of "anything" leaves the derived visitor
+/// unchanged but makes an array an "invalid type" error. `codec::decode` applies the same to the
+/// whole payload.
+pub(crate) mod object_form {
+    use serde::de::{Deserialize, Deserializer, Visitor};
+    use serde::forward_to_deserialize_any;
+
+    pub fn deserialize<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        T::deserialize(MapOnly(deserializer))
+    }
+
+    /// A list of objects.
+    pub fn vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        let items = Vec::<Object<T>>::deserialize(deserializer)?;
+        Ok(items.into_iter().map(|Object(item)| item).collect())
+    }
+
+    struct Object<T>(T);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserialize(deserializer).map(Object)
+        }
+    }
+
+    /// Answers every request for a value (`deserialize_struct` from derived structs,
+    /// `deserialize_any` from internally tagged enums) with the inner deserializer's map.
+    struct MapOnly<D>(D);
+
+    impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
+        type Error = D::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.0.deserialize_map(visitor)
+        }
+
+        fn is_human_readable(&self) -> bool {
+            self.0.is_human_readable()
+        }
+
+        forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+            identifier ignored_any
+        }
+    }
 }
 
 /// Serde adapter: `[u8; N]` as a lowercase hex string of exactly `2 * N` characters.

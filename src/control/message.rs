@@ -18,6 +18,29 @@
 //! (QP counts in range, one endpoint per QP, 24-bit QPNs/PSNs, a real IB MTU), and we never put an
 //! invalid message on the wire ourselves. Policy limits (pinned memory, allowed devices) are the
 //! responder's job, not the codec's.
+//!
+//! # Text from the peer
+//!
+//! Every string in a message ends up in a terminal (`probe` output), a log line or a metric label,
+//! and a responder can send an `Error` before the prober has authenticated it. So no string gets
+//! past `codec::decode` with a character a terminal or log reader would act on
+//! ([`is_unsafe_char`]: C0 and C1 controls such as ESC, CR, LF, NUL and DEL, the Unicode line and
+//! paragraph separators, and the bidirectional overrides and isolates). Two kinds of string, two
+//! treatments:
+//!
+//! * Names (`Hello.node`, the `device` of `SessionRequest` and `SessionAccept`, the counter names
+//!   of `BurstResult`) identify things and become label values: [`Message::validate`] rejects a
+//!   name with such a character or any whitespace, because an escaped name would be a different
+//!   name, and a space lets a name pose as a second `key=value` pair in a log line.
+//! * Free text (`Error.message`, the `detail` of a failed `BurstOutcome` and of `BurstResult`) is
+//!   read by people, and refusing the message would hide why the peer gave up: the decoder keeps it
+//!   and escapes each such character as Rust's `\u{1b}` ([`escape_unsafe_chars`]). Backslashes are
+//!   left alone, so escaping twice changes nothing and a re-encoded message decodes to itself.
+//!
+//! `encode` sends free text as it is; escaping is the receiver's job, done once, in
+//! [`Message::escape_free_text`], which `codec::decode` calls on every message.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -239,9 +262,74 @@ impl Message {
             Message::Hello { node, .. } => check_name("hello.node", node),
             Message::SessionRequest(r) => r.validate(),
             Message::SessionAccept(a) => a.validate(),
+            Message::BurstResult(r) => r.validate(),
             _ => Ok(()),
         }
     }
+
+    /// Escapes the free text of a message that came from the peer, so that no terminal or log line
+    /// gets a raw control character from it; names are [`validate`]'s business.
+    /// See "Text from the peer" in the module docs. `codec::decode` calls it on every message.
+    ///
+    /// [`validate`]: Message::validate
+    pub fn escape_free_text(&mut self) {
+        match self {
+            Message::Error { message, .. } => escape_in_place(message),
+            Message::BurstEnd {
+                outcome: BurstOutcome::Failed { detail, .. },
+                ..
+            } => escape_in_place(detail),
+            Message::BurstResult(BurstResult {
+                detail: Some(detail),
+                ..
+            }) => escape_in_place(detail),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `c` must not reach a terminal, a log line or a label unescaped: C0 and C1 controls
+/// (ESC starts terminal sequences, CR and LF forge log lines, NUL truncates C strings), the Unicode
+/// line and paragraph separators (line breaks to some log viewers), and the bidirectional marks,
+/// embeddings, overrides and isolates (they reorder what is displayed around them).
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}'
+                | '\u{2029}'
+                | '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` with every [`is_unsafe_char`] written as Rust's `\u{..}` escape, so the reader still
+/// sees which character the peer sent. Borrowed when there is nothing to escape, which is the
+/// normal case.
+pub fn escape_unsafe_chars(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_unsafe_char(c) {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+fn escape_in_place(text: &mut String) {
+    let escaped = match escape_unsafe_chars(text) {
+        Cow::Borrowed(_) => return,
+        Cow::Owned(escaped) => escaped,
+    };
+    *text = escaped;
 }
 
 impl SessionRequest {
@@ -308,6 +396,16 @@ impl SessionAccept {
     }
 }
 
+impl BurstResult {
+    fn validate(&self) -> Result<(), String> {
+        for (i, (name, _)) in self.counters.iter().enumerate() {
+            check_name(&format!("burst_result.counters[{i}]"), name)?;
+        }
+        Ok(())
+    }
+}
+
+/// Names become log fields and label values; see "Text from the peer" in the module docs.
 fn check_name(field: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("{field} is empty"));
@@ -318,9 +416,15 @@ fn check_name(field: &str, name: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    // Names end up in log lines and metric labels: no control characters.
-    if name.chars().any(char::is_control) {
-        return Err(format!("{field} contains control characters"));
+    if let Some(c) = name
+        .chars()
+        .find(|&c| is_unsafe_char(c) || c.is_whitespace())
+    {
+        // The escaped form only: the name itself is what must not reach the log.
+        return Err(format!(
+            "{field} contains {}: names may not contain whitespace or control characters",
+            c.escape_unicode()
+        ));
     }
     Ok(())
 }
@@ -470,5 +574,68 @@ pub(crate) mod hex_array {
             b'A'..=b'F' => Some(c - b'A' + 10),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_chars_are_controls_separators_and_bidi_formatting() {
+        for c in [
+            '\0', '\t', '\n', '\r', '\u{1b}', '\u{7f}', '\u{85}', '\u{9b}', '\u{2028}', '\u{2029}',
+            '\u{61c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
+        ] {
+            assert!(is_unsafe_char(c), "{c:?}");
+        }
+        for c in [
+            ' ',
+            'a',
+            '\\',
+            '"',
+            '\u{e9}',
+            '\u{a0}',
+            '\u{200b}',
+            '\u{1f600}',
+            '\u{fffd}',
+        ] {
+            assert!(!is_unsafe_char(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn escaping_shows_the_code_point_and_is_idempotent() {
+        assert!(matches!(
+            escape_unsafe_chars("plain \\ text \u{e9}"),
+            Cow::Borrowed("plain \\ text \u{e9}")
+        ));
+        let once = escape_unsafe_chars("a\u{1b}[0m\r\n\u{202e}b\0");
+        assert_eq!(once, r"a\u{1b}[0m\u{d}\u{a}\u{202e}b\u{0}");
+        assert!(matches!(escape_unsafe_chars(&once), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn only_free_text_is_escaped() {
+        let mut msg = Message::Error {
+            reason: ErrorReason::PeerError,
+            message: "line 1\nline 2".into(),
+        };
+        msg.escape_free_text();
+        assert_eq!(
+            msg,
+            Message::Error {
+                reason: ErrorReason::PeerError,
+                message: r"line 1\u{a}line 2".into(),
+            }
+        );
+        // A name is never rewritten, only rejected: escaping it would make another name.
+        let mut hello = Message::Hello {
+            node: "a\u{1b}b".into(),
+            client_nonce: [0; 32],
+        };
+        hello.escape_free_text();
+        assert!(matches!(&hello, Message::Hello { node, .. } if node == "a\u{1b}b"));
+        assert!(hello.validate().is_err());
     }
 }

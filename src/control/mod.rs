@@ -17,6 +17,8 @@
 pub mod auth;
 pub mod codec;
 pub mod connection;
+#[cfg(test)]
+mod fuzz_corpus;
 pub mod message;
 
 pub use auth::{AuthMode, Psk, PskError};

@@ -21,10 +21,15 @@
 //! The decoder never panics and never allocates on the strength of the length field: a length above
 //! the limit is an error as soon as the header is complete, and the payload is parsed in place from
 //! the caller's buffer.
+//!
+//! What the decoder hands on is safe to print: the payload must be a JSON object (not the array
+//! form serde would also take), names with control characters are refused, and such characters
+//! are escaped in free text and in the decoder's own error texts, which quote the peer's bytes (an
+//! unknown `type` or `reason`, a bad hex string). See "Text from the peer" in `message`.
 
 use thiserror::Error;
 
-use super::message::Message;
+use super::message::{escape_unsafe_chars, object_form, Message};
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"RPXC";
@@ -145,14 +150,27 @@ pub(crate) fn decode_with_version(
     let Some(payload) = buf.get(HEADER_LEN..frame_len) else {
         return Ok(None);
     };
-    let msg: Message = serde_json::from_slice(payload)
-        .map_err(|e| CodecError::Malformed(format!("invalid payload: {e}")))?;
+    let mut msg = parse_payload(payload).map_err(|e| {
+        CodecError::Malformed(format!(
+            "invalid payload: {}",
+            escape_unsafe_chars(&e.to_string())
+        ))
+    })?;
     msg.validate().map_err(CodecError::Malformed)?;
+    msg.escape_free_text();
     Ok(Some((msg, frame_len)))
 }
 
+/// The payload as a message in its documented form: one JSON object and nothing after it.
+fn parse_payload(payload: &[u8]) -> Result<Message, serde_json::Error> {
+    let mut json = serde_json::Deserializer::from_slice(payload);
+    let msg = object_form::deserialize(&mut json)?;
+    json.end()?;
+    Ok(msg)
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::control::message::*;
     use crate::reason::ErrorReason;
@@ -544,18 +562,281 @@ mod tests {
             })
     }
 
-    /// Checks shared by the property tests (and mirrored by the cargo-fuzz target): no panic, a
-    /// consumed count within the buffer, and a decoded message that re-encodes to itself.
-    fn check_decode_properties(data: &[u8]) {
+    /// Checks shared by the property tests and the corpus replay (and mirrored by the cargo-fuzz
+    /// target): no panic, a consumed count within the buffer, a decoded message that re-encodes to
+    /// itself, and nothing unsafe to print, neither in the message nor in the error.
+    pub(crate) fn check_decode_properties(data: &[u8]) {
         match decode(data) {
             Ok(Some((msg, used))) => {
                 assert!(used >= HEADER_LEN && used <= data.len() && used <= MAX_FRAME_LEN);
+                assert_printable(&msg);
                 if let Ok(again) = encode(&msg) {
                     assert_eq!(decode(&again).unwrap().unwrap().0, msg);
                 }
             }
             Ok(None) => assert!(data.len() < MAX_FRAME_LEN),
-            Err(_) => {}
+            Err(e) => {
+                let text = e.to_string();
+                assert!(!text.chars().any(is_unsafe_char), "{text:?}");
+            }
+        }
+    }
+
+    /// Every string anywhere in `msg`, names and free text alike, is free of unsafe characters:
+    /// checked on the JSON form so that a string field added later is covered without a change
+    /// here.
+    pub(crate) fn assert_printable(msg: &Message) {
+        fn walk(value: &serde_json::Value) {
+            match value {
+                serde_json::Value::String(s) => {
+                    assert!(!s.chars().any(is_unsafe_char), "{s:?}")
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(walk),
+                serde_json::Value::Object(fields) => fields.values().for_each(walk),
+                _ => {}
+            }
+        }
+        walk(&serde_json::to_value(msg).unwrap());
+    }
+
+    fn decode_payload(payload: &[u8]) -> Result<Message, CodecError> {
+        decode(&frame(PROTOCOL_VERSION, 0, payload)).map(|m| m.expect("a whole frame").0)
+    }
+
+    #[test]
+    fn array_form_payloads_are_malformed() {
+        for payload in [
+            &br#"["burst_start",7,42]"#[..],
+            br#"["close"]"#,
+            br#"["auth_ok"]"#,
+            br#"["burst_ready",3]"#,
+            br#"["busy",250]"#,
+            br#"["error","auth","x"]"#,
+            br#" ["close"]"#,
+            br#"["hello","node-a","0707070707070707070707070707070707070707070707070707070707070707"]"#,
+        ] {
+            let err = decode_payload(payload).unwrap_err();
+            assert!(
+                matches!(&err, CodecError::Malformed(m) if m.contains("invalid type: sequence")),
+                "{}: {err:?}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        // The object form of the same messages still decodes.
+        assert!(matches!(
+            decode_payload(br#"{"type":"burst_start","burst_id":7,"seed":42}"#),
+            Ok(Message::BurstStart {
+                burst_id: 7,
+                seed: 42,
+                ..
+            })
+        ));
+        assert_eq!(decode_payload(br#"{"type":"close"}"#), Ok(Message::Close));
+    }
+
+    #[test]
+    fn array_form_nested_values_are_malformed() {
+        let gid = format!("\"{}\"", "00".repeat(16));
+        for payload in [
+            r#"{"type":"burst_end","burst_id":3,"outcome":["completed"]}"#.to_owned(),
+            r#"{"type":"burst_end","burst_id":3,"outcome":["failed","auth","x"]}"#.to_owned(),
+            format!(
+                r#"{{"type":"session_request","device":null,"qps":1,"message_size":1,
+                "region_bytes":1,"endpoints":[[17,5,0,{gid}]],"mtu":1024,
+                "link_rate_bits_per_second":null}}"#
+            ),
+            format!(
+                r#"{{"type":"session_accept","device":"mlx5_1",
+                "endpoints":[{{"qpn":17,"psn":5,"lid":0,"gid":{gid}}}],"regions":[[4096,1,4096]],
+                "mtu":1024,"link_rate_bits_per_second":null}}"#
+            ),
+        ] {
+            let err = decode_payload(payload.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, CodecError::Malformed(m) if m.contains("invalid type: sequence")),
+                "{payload}: {err:?}"
+            );
+        }
+        // The object forms of the same values decode.
+        let ok = decode_payload(
+            br#"{"type":"burst_end","burst_id":3,"outcome":{"status":"failed","reason":"auth"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            Message::BurstEnd {
+                burst_id: 3,
+                outcome: BurstOutcome::Failed {
+                    reason: ErrorReason::Auth,
+                    detail: String::new()
+                },
+                posted_per_qp: vec![],
+            }
+        );
+        let accept = format!(
+            r#"{{"type":"session_accept","device":"mlx5_1",
+            "endpoints":[{{"qpn":17,"psn":5,"lid":0,"gid":{gid}}}],
+            "regions":[{{"addr":4096,"rkey":1,"len":4096}}],
+            "mtu":1024,"link_rate_bits_per_second":null}}"#
+        );
+        assert!(matches!(
+            decode_payload(accept.as_bytes()),
+            Ok(Message::SessionAccept(_))
+        ));
+    }
+
+    #[test]
+    fn duplicate_fields_stay_malformed() {
+        for payload in [
+            &br#"{"type":"burst_ready","burst_id":1,"burst_id":2}"#[..],
+            br#"{"type":"burst_end","burst_id":1,"outcome":{"status":"completed","status":"completed"}}"#,
+            br#"{"type":"burst_end","burst_id":1,"outcome":{"status":"failed","reason":"auth","reason":"timeout"}}"#,
+        ] {
+            assert!(
+                matches!(decode_payload(payload), Err(CodecError::Malformed(_))),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+    }
+
+    /// What a hostile peer would put in free text: a screen clear, a cursor move, a forged log
+    /// line, a NUL, DEL, a C1 CSI, a right-to-left override and a line separator.
+    const HOSTILE: &str =
+        "ok\u{1b}[2J\u{1b}[1;1H\r\nlevel=info msg=fine\0\u{7f}\u{9b}31m\u{202e}gnp\u{2028}end";
+    const HOSTILE_ESCAPED: &str = r"ok\u{1b}[2J\u{1b}[1;1H\u{d}\u{a}level=info msg=fine\u{0}\u{7f}\u{9b}31m\u{202e}gnp\u{2028}end";
+
+    #[test]
+    fn free_text_from_the_peer_is_escaped() {
+        let cases = [
+            (
+                Message::Error {
+                    reason: ErrorReason::Auth,
+                    message: HOSTILE.into(),
+                },
+                Message::Error {
+                    reason: ErrorReason::Auth,
+                    message: HOSTILE_ESCAPED.into(),
+                },
+            ),
+            (
+                Message::BurstEnd {
+                    burst_id: 1,
+                    outcome: BurstOutcome::Failed {
+                        reason: ErrorReason::WcFlush,
+                        detail: HOSTILE.into(),
+                    },
+                    posted_per_qp: vec![],
+                },
+                Message::BurstEnd {
+                    burst_id: 1,
+                    outcome: BurstOutcome::Failed {
+                        reason: ErrorReason::WcFlush,
+                        detail: HOSTILE_ESCAPED.into(),
+                    },
+                    posted_per_qp: vec![],
+                },
+            ),
+            (
+                Message::BurstResult(BurstResult {
+                    burst_id: 1,
+                    validated: false,
+                    detail: Some(HOSTILE.into()),
+                    counters: vec![("port_rcv_data".into(), 1)],
+                    verified_messages: 0,
+                }),
+                Message::BurstResult(BurstResult {
+                    burst_id: 1,
+                    validated: false,
+                    detail: Some(HOSTILE_ESCAPED.into()),
+                    counters: vec![("port_rcv_data".into(), 1)],
+                    verified_messages: 0,
+                }),
+            ),
+        ];
+        for (sent, expected) in cases {
+            // We send free text as it is: escaping is the receiver's job.
+            let bytes = encode(&sent).unwrap();
+            let (got, _) = decode(&bytes).unwrap().unwrap();
+            assert_eq!(got, expected);
+            assert_printable(&got);
+            // Escaping twice changes nothing, so a relayed message stays the same.
+            assert_eq!(decode(&encode(&got).unwrap()).unwrap().unwrap().0, got);
+        }
+    }
+
+    #[test]
+    fn names_with_control_characters_or_whitespace_are_rejected() {
+        let result = |name: &str| {
+            Message::BurstResult(BurstResult {
+                burst_id: 1,
+                validated: true,
+                detail: None,
+                counters: vec![("port_rcv_data".into(), 1), (name.into(), 2)],
+                verified_messages: 0,
+            })
+        };
+        let hello = |name: &str| Message::Hello {
+            node: name.into(),
+            client_nonce: [7; 32],
+        };
+        let Message::SessionAccept(good_accept) = all_messages()[6].clone() else {
+            unreachable!()
+        };
+        let accept = |name: &str| {
+            Message::SessionAccept(SessionAccept {
+                device: name.into(),
+                ..good_accept.clone()
+            })
+        };
+        type Build<'a> = &'a dyn Fn(&str) -> Message;
+        let builders: [(&str, Build); 3] = [
+            ("burst_result.counters[1]", &result),
+            ("hello.node", &hello),
+            ("session_accept.device", &accept),
+        ];
+        for (field, build) in builders {
+            assert!(encode(&build("port_xmit_wait.2-a")).is_ok());
+            for (bad, shown) in [
+                ("\u{1b}[31mred", "\\u{1b}"),
+                ("a\rb", "\\u{d}"),
+                ("a\0", "\\u{0}"),
+                ("a b", "\\u{20}"),
+                ("a\u{a0}b", "\\u{a0}"),
+                ("a\u{202e}b", "\\u{202e}"),
+                ("a\u{2028}b", "\\u{2028}"),
+                ("", "empty"),
+                (&"x".repeat(MAX_NAME_LEN + 1), "bytes long"),
+            ] {
+                let msg = build(bad);
+                let Err(CodecError::Malformed(why)) = encode(&msg) else {
+                    panic!("encode accepted {field} {bad:?}");
+                };
+                assert!(why.starts_with(field) && why.contains(shown), "{why}");
+                assert!(!why.chars().any(is_unsafe_char), "{why:?}");
+                let payload = serde_json::to_vec(&msg).unwrap();
+                assert_eq!(
+                    decode_payload(&payload),
+                    Err(CodecError::Malformed(why)),
+                    "decode of {field} {bad:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn errors_quoting_the_peer_are_escaped() {
+        let bad_nonce = format!(r#"\u001b[2J{}"#, "a".repeat(60));
+        for payload in [
+            r#"{"type":"\u001b[2J\r\nlevel=error"}"#.to_owned(),
+            r#"{"type":"error","reason":"\u001b]0;pwned\u0007","message":""}"#.to_owned(),
+            format!(r#"{{"type":"hello","node":"a","client_nonce":"{bad_nonce}"}}"#),
+            r#"{"type":"burst_end","burst_id":1,"outcome":{"status":"\u001b[2J"}}"#.to_owned(),
+            "{\"type\":\"close\"}\u{1b}[2J".to_owned(),
+        ] {
+            let err = decode_payload(payload.as_bytes()).unwrap_err().to_string();
+            assert!(!err.chars().any(is_unsafe_char), "{payload}: {err:?}");
+            assert!(err.contains("\\u{1b}") || err.contains("trailing"), "{err}");
         }
     }
 

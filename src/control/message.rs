@@ -1,7 +1,10 @@
 //! The messages of the control protocol, and the checks every decoded message must pass.
 //!
 //! The set is one serde enum, internally tagged by `"type"` (snake_case), so a frame's payload is a
-//! self-describing JSON object such as `{"type":"burst_start","burst_id":7,"seed":42}`. Adding a
+//! self-describing JSON object such as `{"type":"burst_start","burst_id":7,"seed":42}`. Only that
+//! object form decodes, at every level: serde would also take a struct or a tagged enum as a JSON
+//! array (`["burst_start",7,42]`), a second wire form that no documentation describes and no peer
+//! sends, so `codec::decode` and the nested fields' deserializers refuse it. Adding a
 //! message kind is adding a variant; a peer that does not know a kind fails to decode it with a
 //! `Malformed` error (never a panic). Unknown *fields* are ignored on purpose, so a later revision
 //! of protocol v1 can add an optional field (with `#[serde(default)]`) without breaking old peers;
@@ -15,6 +18,29 @@
 //! (QP counts in range, one endpoint per QP, 24-bit QPNs/PSNs, a real IB MTU), and we never put an
 //! invalid message on the wire ourselves. Policy limits (pinned memory, allowed devices) are the
 //! responder's job, not the codec's.
+//!
+//! # Text from the peer
+//!
+//! Every string in a message ends up in a terminal (`probe` output), a log line or a metric label,
+//! and a responder can send an `Error` before the prober has authenticated it. So no string gets
+//! past `codec::decode` with a character a terminal or log reader would act on
+//! ([`is_unsafe_char`]: C0 and C1 controls such as ESC, CR, LF, NUL and DEL, the Unicode line and
+//! paragraph separators, and the bidirectional overrides and isolates). Two kinds of string, two
+//! treatments:
+//!
+//! * Names (`Hello.node`, the `device` of `SessionRequest` and `SessionAccept`, the counter names
+//!   of `BurstResult`) identify things and become label values: [`Message::validate`] rejects a
+//!   name with such a character or any whitespace, because an escaped name would be a different
+//!   name, and a space lets a name pose as a second `key=value` pair in a log line.
+//! * Free text (`Error.message`, the `detail` of a failed `BurstOutcome` and of `BurstResult`) is
+//!   read by people, and refusing the message would hide why the peer gave up: the decoder keeps it
+//!   and escapes each such character as Rust's `\u{1b}` ([`escape_unsafe_chars`]). Backslashes are
+//!   left alone, so escaping twice changes nothing and a re-encoded message decodes to itself.
+//!
+//! `encode` sends free text as it is; escaping is the receiver's job, done once, in
+//! [`Message::escape_free_text`], which `codec::decode` calls on every message.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +133,7 @@ pub enum Message {
     /// Client → server: the prober saw its last completion (or gave up).
     BurstEnd {
         burst_id: u64,
+        #[serde(deserialize_with = "object_form::deserialize")]
         outcome: BurstOutcome,
         /// WRITEs posted on each QP: the responder verifies the last slots' worth of each.
         #[serde(default)]
@@ -139,6 +166,7 @@ pub struct SessionRequest {
     /// Bytes of remote memory to register per QP (at least one message).
     pub region_bytes: u64,
     /// The prober's QPs.
+    #[serde(deserialize_with = "object_form::vec")]
     pub endpoints: Vec<QpEndpoint>,
     /// The prober's active path MTU in bytes (one of [`VALID_MTUS`]).
     pub mtu: u32,
@@ -159,8 +187,10 @@ pub struct SessionAccept {
     /// The responder device actually used (the `peer_device` label).
     pub device: String,
     /// The responder's QPs, in the order of the request's endpoints.
+    #[serde(deserialize_with = "object_form::vec")]
     pub endpoints: Vec<QpEndpoint>,
     /// One remote-writable region per QP, in the same order.
+    #[serde(deserialize_with = "object_form::vec")]
     pub regions: Vec<RemoteRegion>,
     /// The responder's active MTU in bytes; the path MTU is the minimum of both ends and the config.
     pub mtu: u32,
@@ -253,9 +283,74 @@ impl Message {
                     posted_per_qp.len()
                 ))
             }
+            Message::BurstResult(r) => r.validate(),
             _ => Ok(()),
         }
     }
+
+    /// Escapes the free text of a message that came from the peer, so that no terminal or log line
+    /// gets a raw control character from it; names are [`validate`]'s business.
+    /// See "Text from the peer" in the module docs. `codec::decode` calls it on every message.
+    ///
+    /// [`validate`]: Message::validate
+    pub fn escape_free_text(&mut self) {
+        match self {
+            Message::Error { message, .. } => escape_in_place(message),
+            Message::BurstEnd {
+                outcome: BurstOutcome::Failed { detail, .. },
+                ..
+            } => escape_in_place(detail),
+            Message::BurstResult(BurstResult {
+                detail: Some(detail),
+                ..
+            }) => escape_in_place(detail),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `c` must not reach a terminal, a log line or a label unescaped: C0 and C1 controls
+/// (ESC starts terminal sequences, CR and LF forge log lines, NUL truncates C strings), the Unicode
+/// line and paragraph separators (line breaks to some log viewers), and the bidirectional marks,
+/// embeddings, overrides and isolates (they reorder what is displayed around them).
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}'
+                | '\u{2029}'
+                | '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` with every [`is_unsafe_char`] written as Rust's `\u{..}` escape, so the reader still
+/// sees which character the peer sent. Borrowed when there is nothing to escape, which is the
+/// normal case.
+pub fn escape_unsafe_chars(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_unsafe_char(c) {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+fn escape_in_place(text: &mut String) {
+    let escaped = match escape_unsafe_chars(text) {
+        Cow::Borrowed(_) => return,
+        Cow::Owned(escaped) => escaped,
+    };
+    *text = escaped;
 }
 
 impl SessionRequest {
@@ -322,6 +417,16 @@ impl SessionAccept {
     }
 }
 
+impl BurstResult {
+    fn validate(&self) -> Result<(), String> {
+        for (i, (name, _)) in self.counters.iter().enumerate() {
+            check_name(&format!("burst_result.counters[{i}]"), name)?;
+        }
+        Ok(())
+    }
+}
+
+/// Names become log fields and label values; see "Text from the peer" in the module docs.
 fn check_name(field: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("{field} is empty"));
@@ -332,9 +437,15 @@ fn check_name(field: &str, name: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    // Names end up in log lines and metric labels: no control characters.
-    if name.chars().any(char::is_control) {
-        return Err(format!("{field} contains control characters"));
+    if let Some(c) = name
+        .chars()
+        .find(|&c| is_unsafe_char(c) || c.is_whitespace())
+    {
+        // The escaped form only: the name itself is what must not reach the log.
+        return Err(format!(
+            "{field} contains {}: names may not contain whitespace or control characters",
+            c.escape_unicode()
+        ));
     }
     Ok(())
 }
@@ -363,6 +474,66 @@ fn check_endpoints(msg: &str, endpoints: &[QpEndpoint]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Serde adapter for a struct or tagged enum nested in a message: the JSON-object form only.
+///
+/// Derived `Deserialize` impls also take a JSON array of the field values (and internally tagged
+/// enums an array that starts with the tag), which would make the field order a second, undocumented
+/// wire format. Asking the deserializer for a map instead of "anything" leaves the derived visitor
+/// unchanged but makes an array an "invalid type" error. `codec::decode` applies the same to the
+/// whole payload.
+pub(crate) mod object_form {
+    use serde::de::{Deserialize, Deserializer, Visitor};
+    use serde::forward_to_deserialize_any;
+
+    pub fn deserialize<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        T::deserialize(MapOnly(deserializer))
+    }
+
+    /// A list of objects.
+    pub fn vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        let items = Vec::<Object<T>>::deserialize(deserializer)?;
+        Ok(items.into_iter().map(|Object(item)| item).collect())
+    }
+
+    struct Object<T>(T);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserialize(deserializer).map(Object)
+        }
+    }
+
+    /// Answers every request for a value (`deserialize_struct` from derived structs,
+    /// `deserialize_any` from internally tagged enums) with the inner deserializer's map.
+    struct MapOnly<D>(D);
+
+    impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
+        type Error = D::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.0.deserialize_map(visitor)
+        }
+
+        fn is_human_readable(&self) -> bool {
+            self.0.is_human_readable()
+        }
+
+        forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+            identifier ignored_any
+        }
+    }
 }
 
 /// Serde adapter: `[u8; N]` as a lowercase hex string of exactly `2 * N` characters.
@@ -424,5 +595,68 @@ pub(crate) mod hex_array {
             b'A'..=b'F' => Some(c - b'A' + 10),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_chars_are_controls_separators_and_bidi_formatting() {
+        for c in [
+            '\0', '\t', '\n', '\r', '\u{1b}', '\u{7f}', '\u{85}', '\u{9b}', '\u{2028}', '\u{2029}',
+            '\u{61c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
+        ] {
+            assert!(is_unsafe_char(c), "{c:?}");
+        }
+        for c in [
+            ' ',
+            'a',
+            '\\',
+            '"',
+            '\u{e9}',
+            '\u{a0}',
+            '\u{200b}',
+            '\u{1f600}',
+            '\u{fffd}',
+        ] {
+            assert!(!is_unsafe_char(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn escaping_shows_the_code_point_and_is_idempotent() {
+        assert!(matches!(
+            escape_unsafe_chars("plain \\ text \u{e9}"),
+            Cow::Borrowed("plain \\ text \u{e9}")
+        ));
+        let once = escape_unsafe_chars("a\u{1b}[0m\r\n\u{202e}b\0");
+        assert_eq!(once, r"a\u{1b}[0m\u{d}\u{a}\u{202e}b\u{0}");
+        assert!(matches!(escape_unsafe_chars(&once), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn only_free_text_is_escaped() {
+        let mut msg = Message::Error {
+            reason: ErrorReason::PeerError,
+            message: "line 1\nline 2".into(),
+        };
+        msg.escape_free_text();
+        assert_eq!(
+            msg,
+            Message::Error {
+                reason: ErrorReason::PeerError,
+                message: r"line 1\u{a}line 2".into(),
+            }
+        );
+        // A name is never rewritten, only rejected: escaping it would make another name.
+        let mut hello = Message::Hello {
+            node: "a\u{1b}b".into(),
+            client_nonce: [0; 32],
+        };
+        hello.escape_free_text();
+        assert!(matches!(&hello, Message::Hello { node, .. } if node == "a\u{1b}b"));
+        assert!(hello.validate().is_err());
     }
 }

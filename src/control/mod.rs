@@ -2,9 +2,12 @@
 //!
 //! Layers, each usable on its own:
 //!
-//! * [`message`]: the message types and their structural validation (serde).
+//! * [`message`]: the message types, their structural validation (serde), and the policy for the
+//!   strings a peer sends, which end up in terminals, logs and labels.
 //! * [`codec`]: versioned, length-prefixed frames; pure encode/decode with no I/O, so it is unit-
-//!   tested and fuzzed (`fuzz/fuzz_targets/control_decode.rs`, and property tests in `codec`).
+//!   tested, property-tested, and fuzzed: `control_decode` from raw frames (seeded with
+//!   `fuzz/seeds/control_decode/`) and `control_structured` from messages built field by field,
+//!   both in `fuzz/fuzz_targets/` and run with `scripts/fuzz`.
 //! * [`auth`]: the pre-shared key, nonces and HMAC proofs of the mutual handshake (pure).
 //! * [`connection`]: tokio TCP I/O with a deadline on every read and write, and the client/server
 //!   handshakes.
@@ -17,6 +20,8 @@
 pub mod auth;
 pub mod codec;
 pub mod connection;
+#[cfg(test)]
+mod fuzz_corpus;
 pub mod message;
 
 pub use auth::{AuthMode, Psk, PskError};

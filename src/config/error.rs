@@ -212,8 +212,19 @@ impl Origin {
             YamlError::ExternalMessage { source, .. }
                 if matches!(**source, ExternalMessageSource::Parser(_))
         );
-        // What the field takes helps with a wrong shape, not with broken syntax.
-        let help = super::validate::field_help(path).filter(|_| !syntax);
+        // What the field takes helps with a wrong shape, not with broken syntax, a dangling
+        // alias or a duplicate key.
+        let shape = matches!(
+            inner,
+            YamlError::Unexpected { .. }
+                | YamlError::NullIntoString { .. }
+                | YamlError::InvalidScalar { .. }
+                | YamlError::SerdeInvalidType { .. }
+                | YamlError::SerdeInvalidValue { .. }
+                | YamlError::SerdeInvalidLength { .. }
+                | YamlError::Message { .. }
+        );
+        let help = super::validate::field_help(path).filter(|_| shape);
         let mut message = match inner {
             // The shape was wrong: say so in the file's terms, with what the field takes.
             YamlError::Unexpected { expected, .. } => match *expected {
@@ -224,6 +235,9 @@ impl Origin {
                 }
                 other => format!("expected {other}"),
             },
+            YamlError::UnknownAnchor { .. } => {
+                "an alias (*name) that refers to no anchor (&name) defined before it".to_owned()
+            }
             YamlError::NullIntoString { .. } => {
                 "empty value (null); write a value, or remove the key".to_owned()
             }

@@ -44,7 +44,9 @@ pub(crate) mod limits {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
-    pub node: Option<Scalar>,
+    /// Null (`node:`) is kept apart from absent, to point at it.
+    #[serde(default, deserialize_with = "present")]
+    pub node: Option<Spanned<Option<String>>>,
     pub labels: Option<Spanned<LabelMap>>,
     pub listen: Option<Spanned<RawListen>>,
     pub auth: Option<Spanned<RawAuth>>,
@@ -104,6 +106,12 @@ impl<'de> Deserialize<'de> for RawAuth {
         }
         deserializer.deserialize_any(V)
     }
+}
+
+/// For `#[serde(default, deserialize_with = "present")]`: `Some` whenever the key is present,
+/// even with a null value (which `T` then sees), `None` only when the key is absent.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// A mapping of label names to values, in file order, with positions (for duplicate and name

@@ -338,7 +338,7 @@ pub(super) struct ProbeValues {
 }
 
 impl ProbeValues {
-    /// The product's defaults: ib_write_bw's for the burst (perftest.md), 500 ms long, unpaced.
+    /// The product's defaults: ib_write_bw's for the burst, 500 ms long, unpaced.
     pub fn builtin() -> ProbeValues {
         ProbeValues {
             interval: DEFAULT_INTERVAL,

@@ -327,6 +327,8 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
         (format!("{n}---\nnode: b\n"), Kind::Yaml, 3, 1, "", "document"),
         // Values.
         ("auth: none\n".into(), Kind::Value, 1, 1, "node", "${NODE_NAME}"),
+        ("node:\nauth: none\n".into(), Kind::Value, 1, 5, "node", "empty (null)"),
+        (format!("{n}defaults: {{qps: *nope}}\n"), Kind::Yaml, 3, 17, "defaults", "no anchor"),
         ("node: a\n".into(), Kind::Value, 1, 1, "auth", "auth: none"),
         ("node: a\nauth: open\n".into(), Kind::Value, 2, 7, "auth", "literally"),
         ("node: a\nauth: {psk_file: ''}\n".into(), Kind::Value, 2, 18, "auth.psk_file", "empty"),

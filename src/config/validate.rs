@@ -375,7 +375,12 @@ impl Ctx<'_> {
 
     fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let node = match &raw.node {
-            Some(node) => self.name(node, "node")?,
+            Some(Spanned {
+                value: Some(value),
+                referenced,
+                defined,
+            }) => self.name(&Spanned::new(value.clone(), *referenced, *defined), "node")?,
+            Some(null) => return Err(self.invalid(self.pos(null), "node", "empty (null)")),
             None => {
                 return Err(self.refused(
                     Pos::START,

@@ -6,8 +6,8 @@
 //! 1. `file.rs`: YAML → raw serde structs. Only the document's shape is checked here: unknown
 //!    keys, lists vs mappings, duplicate keys, and the parser budgets against hostile input. Every
 //!    value is kept as text with its position.
-//! 2. `interpolate.rs`: `${VAR}` / `${VAR:-default}` in each value, from the environment (injected,
-//!    so tests do not touch the process environment).
+//! 2. `interpolate.rs`: `${VAR}` / `${VAR:-default}` in each value, from the environment
+//!    (injected, so tests do not touch the process environment).
 //! 3. `validate.rs`: every value parsed with this crate's parsers ([`units`] for sizes, rates and
 //!    durations; the same ones the CLI uses) and every cross-check done, including building each
 //!    peer's burst plan, so a config mistake is a config error at load, never a failed probe.

@@ -268,7 +268,7 @@ fn run(device: Option<&str>, port: u8) -> Result<(), Failure> {
         let window = u64::from(TX_DEPTH) - (posted - completed);
         let n = window
             .min(COUNT - posted)
-            .min(if posted % 2 == 0 { 8 } else { 1 });
+            .min(if posted.is_multiple_of(2) { 8 } else { 1 });
         if n > 0 {
             chain.clear();
             for i in posted..posted + n {

@@ -139,6 +139,7 @@ fn help_names_the_tool_and_its_subcommands() {
         "responder",
         "probe",
         "devices",
+        "check-config",
         "--log-format",
         "--log-level",
         "Exit status",
@@ -512,4 +513,75 @@ fn node_name_comes_from_the_flag_then_node_name_then_the_host_name() {
     let r = with_env("two words", &[]);
     assert_eq!(r.code(), 2, "{}", r.describe());
     assert!(r.stderr.contains("NODE_NAME"), "{}", r.describe());
+}
+
+#[test]
+fn check_config_prints_the_resolved_config() {
+    let lab = concat!(env!("CARGO_MANIFEST_DIR"), "/config/lab.yaml");
+    let r = wait_bounded(
+        command(&["check-config", lab])
+            .env("NODE_NAME", "node2")
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    r.assert_no_panic();
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    for needle in [
+        "node: node2",
+        "auth: pre-shared key from /tmp/psk",
+        "rxe0 port 1 rail 0",
+        "node1 192.0.2.11:18516 mode exporter",
+        "node2 192.0.2.12:18516 skipped: itself",
+        "node3 192.0.2.13:18516 mode exporter",
+        "rate_limit=20Mbps",
+    ] {
+        assert!(
+            r.stdout.contains(needle),
+            "missing {needle:?}: {}",
+            r.describe()
+        );
+    }
+    assert!(r.stderr.is_empty(), "{}", r.describe());
+    let r = run(&["check-config", "--help"]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    assert!(r.stdout.contains("Examples:"), "{}", r.describe());
+}
+
+#[test]
+fn check_config_names_the_line_and_column_of_an_error() {
+    let bad = temp_file(
+        "bad-config.yaml",
+        b"node: a\nauth: none\npeers:\n  - {name: b, address: 10.0.0.2, rate_limit: 10Gb/s}\n",
+    );
+    let r = run(&["check-config", bad.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    let at = format!("{}:4:46: peers[0].rate_limit: ", bad.display());
+    assert!(
+        r.stderr.starts_with(&format!("error: {at}")),
+        "{}",
+        r.describe()
+    );
+    assert!(r.stderr.contains("ambiguous"), "{}", r.describe());
+    let unset = temp_file("unset-config.yaml", b"node: ${NODE_NAME}\nauth: none\n");
+    // `command` removes NODE_NAME from the environment.
+    let r = run(&["check-config", unset.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr
+            .contains(":1:7: node: environment variable NODE_NAME is not set"),
+        "{}",
+        r.describe()
+    );
+    std::fs::remove_file(&bad).ok();
+    std::fs::remove_file(&unset).ok();
+    let r = run(&["check-config", "/nonexistent/config.yaml"]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr.contains("/nonexistent/config.yaml: cannot read"),
+        "{}",
+        r.describe()
+    );
+    assert_usage_error(&["check-config"], &["FILE"]);
 }

@@ -317,6 +317,14 @@ impl BurstPlan {
         self.rate
     }
 
+    /// The same plan at another pace (`None`: unpaced). No check depends on the pace, so a plan
+    /// validated once (e.g. at config load) serves every burst of a path, whether paced at a
+    /// rate known only at run time or unpaced.
+    pub fn with_rate(mut self, rate: Option<ResolvedRate>) -> BurstPlan {
+        self.rate = rate;
+        self
+    }
+
     pub fn burst_allowance(&self) -> Duration {
         self.burst_allowance
     }
@@ -502,6 +510,9 @@ mod tests {
         assert_eq!(json["length"]["messages"], 100);
         assert_eq!(json["rate"]["messages_per_second"], 1000.0);
         assert_eq!(json["burst_allowance"], 0.001);
+        let unpaced = p.clone().with_rate(None);
+        assert!(unpaced.pacer().is_none());
+        assert_eq!(unpaced.with_rate(Some(rate)), p);
     }
 
     #[test]

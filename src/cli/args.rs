@@ -10,7 +10,7 @@
 //! Every refusal is a [`clap::Error`], so it prints like clap's own errors (`error: ...` plus the
 //! usage line) and exits with status 2.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,9 +27,7 @@ use crate::prober::{LocalPort, ProbeSettings};
 use crate::responder::ResponderSettings;
 use crate::verbs::PathMtu;
 
-/// The control port responders listen on by default (perftest's is 18515; one above it, so a
-/// stock `ib_write_bw` server and a responder can run side by side).
-pub const DEFAULT_CONTROL_PORT: u16 = 18516;
+pub use crate::config::DEFAULT_CONTROL_PORT;
 
 /// perftest's `-n` default for ib_write_bw (`DEF_ITERS_WB`).
 pub const DEFAULT_MESSAGES: u64 = 5000;
@@ -81,6 +79,13 @@ const DEVICES_EXAMPLES: &str = "\
 Examples:
   rdma-probe-exporter devices
   rdma-probe-exporter devices --json | jq '.[].ports[].link_rate_bits_per_second'";
+
+const CHECK_CONFIG_EXAMPLES: &str = "\
+Examples:
+  NODE_NAME=gpu-a01 rdma-probe-exporter check-config /etc/rdma-probe/config.yaml
+
+Exit status 0 if the file is valid (the resolved config is printed on stdout), 1 if not (the
+first error, with its file, line, column and field, is printed on stderr).";
 
 fn styles() -> Styles {
     Styles::styled()
@@ -161,6 +166,15 @@ pub enum Command {
     /// picks when --gid-index is not given is marked with `*`.
     #[command(after_help = DEVICES_EXAMPLES)]
     Devices(DevicesArgs),
+
+    /// Check a config file and print what the exporter would do with it.
+    ///
+    /// Parses and validates the YAML config (with `${VAR}` references substituted from the
+    /// environment), builds every peer's burst plan, and prints the resolved node, listen
+    /// addresses, auth mode, devices and every peer with its effective settings, skipped peers
+    /// included. Touches no RDMA device and no network, and does not read the PSK file.
+    #[command(after_help = CHECK_CONFIG_EXAMPLES)]
+    CheckConfig(CheckConfigArgs),
 }
 
 /// Log output format.
@@ -563,6 +577,14 @@ pub struct DevicesArgs {
     pub json: bool,
 }
 
+/// `check-config` arguments.
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The config file (YAML).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
 // ---------------------------------------------------------------------------------------------
 // High-level, validated form
 
@@ -574,12 +596,14 @@ pub struct Logging {
     pub filter: String,
 }
 
-/// What to do, fully validated.
+/// What to do, fully validated (`CheckConfig` carries the file to check: checking it is the
+/// command itself, so a bad file is its failure, exit 1, not a usage error).
 #[derive(Debug)]
 pub enum Action {
     Responder(ResponderAction),
     Probe(ProbeAction),
     Devices { json: bool },
+    CheckConfig(PathBuf),
 }
 
 /// A validated `responder` command.
@@ -615,6 +639,7 @@ impl Cli {
             Command::Responder(args) => Action::Responder(args.into_action()?),
             Command::Probe(args) => Action::Probe(args.into_action()?),
             Command::Devices(args) => Action::Devices { json: args.json },
+            Command::CheckConfig(args) => Action::CheckConfig(args.file),
         };
         Ok((logging, action))
     }
@@ -814,48 +839,10 @@ fn parse_log_filter(s: &str) -> Result<String, String> {
 }
 
 /// Parses the probe target into `HOST:PORT` form: `HOST:PORT`, `[IPv6]:PORT`, a bare IP address
-/// or host name (default port), or a bare IPv6 address. Only the syntax is checked here; the host
-/// name is resolved when connecting.
+/// or host name (default port), or a bare IPv6 address; the same forms as a peer's `address` in
+/// the config file. Only the syntax is checked here; the host name is resolved when connecting.
 pub fn parse_target(s: &str) -> Result<String, String> {
-    const FORMS: &str = "expected HOST:PORT, [IPv6]:PORT or HOST (port 18516), e.g. 10.0.0.2:18516";
-    let s = s.trim();
-    if s.is_empty() {
-        return Err(format!("empty address; {FORMS}"));
-    }
-    if let Ok(addr) = s.parse::<SocketAddr>() {
-        if addr.port() == 0 {
-            return Err(format!("{s}: port 0 is not a valid port; {FORMS}"));
-        }
-        return Ok(addr.to_string());
-    }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, DEFAULT_CONTROL_PORT).to_string());
-    }
-    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        return inner
-            .parse::<std::net::Ipv6Addr>()
-            .map(|ip| SocketAddr::new(IpAddr::V6(ip), DEFAULT_CONTROL_PORT).to_string())
-            .map_err(|_| format!("{s}: not an IPv6 address; {FORMS}"));
-    }
-    let (host, port) = match s.rsplit_once(':') {
-        Some((host, port)) => {
-            let port = port
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| format!("{s}: invalid port {port:?}; {FORMS}"))?;
-            (host, port)
-        }
-        None => (s, DEFAULT_CONTROL_PORT),
-    };
-    let valid_host = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if !valid_host {
-        return Err(format!("{s}: invalid host name {host:?}; {FORMS}"));
-    }
-    Ok(format!("{host}:{port}"))
+    crate::config::parse_host_port(s, DEFAULT_CONTROL_PORT).map(|a| a.to_string())
 }
 
 /// The kernel's host name, read from procfs (no libc call, so no `unsafe`).

@@ -1,4 +1,4 @@
-//! The command line: `responder`, `probe` and `devices` (brief §2, `cli`).
+//! The command line: `responder`, `probe`, `devices` and `check-config` (brief §2, `cli`).
 //!
 //! Three layers, so that each can be tested on its own and `main.rs` stays wiring:
 //! - [`args`]: clap definitions, parsed once into validated settings ([`Action`]); every

@@ -14,6 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 use super::args::{Action, LogFormat, Logging, ProbeAction, ResponderAction};
 use super::report::{self, ReportHeader};
+use crate::config::Config;
 use crate::http::{self, Readiness};
 use crate::metrics::Metrics;
 use crate::{prober, responder, verbs};
@@ -43,6 +44,7 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
         Action::Responder(action) => run_responder(action).await,
         Action::Probe(action) => run_probe(action).await,
         Action::Devices { json } => run_devices(json),
+        Action::CheckConfig(file) => run_check_config(&file),
     }
 }
 
@@ -180,4 +182,23 @@ fn run_devices(json: bool) -> anyhow::Result<ExitCode> {
     }
     stdout.flush().context("writing to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check-config`: the resolved config on stdout and exit 0, or the first error on stderr and
+/// exit 1.
+fn run_check_config(file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    match Config::load(file) {
+        Ok(config) => {
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(config.render().as_bytes())
+                .and_then(|()| stdout.flush())
+                .context("writing to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }

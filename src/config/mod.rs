@@ -1,11 +1,110 @@
-//! Units operators write in configs and on the command line: rates, sizes, durations.
+//! The config file (YAML) → a validated [`Config`], parsed once; and the units operators write
+//! in it and on the command line.
 //!
-//! Parsing lives here, once, so that the YAML config, the CLI flags and error messages agree on
-//! what `64K`, `10Gbps` or `25%` mean (see [`units`] for the exact grammar and why it is strict).
+//! Three steps, each in its own file, so each can be tested alone (ripgrep's "low args → high
+//! args"):
+//! 1. `file.rs`: YAML → raw serde structs. Only the document's shape is checked here: unknown
+//!    keys, lists vs mappings, duplicate keys, and the parser budgets against hostile input. Every
+//!    value is kept as text with its position.
+//! 2. `interpolate.rs`: `${VAR}` / `${VAR:-default}` in each value, from the environment
+//!    (injected, so tests do not touch the process environment).
+//! 3. `validate.rs`: every value parsed with this crate's parsers ([`units`] for sizes, rates and
+//!    durations; the same ones the CLI uses) and every cross-check done, including building each
+//!    peer's burst plan, so a config mistake is a config error at load, never a failed probe.
+//!
+//! Errors ([`ConfigError`]) name the file, line, column and field path and say what would be
+//! valid. The file format is documented by `config/example.yaml`; design notes in
+//! `docs/config.md`.
 
+mod address;
+mod error;
+mod file;
+mod interpolate;
+mod model;
+mod render;
 pub mod units;
+mod validate;
 
+#[cfg(test)]
+mod tests;
+
+use std::io::Read as _;
+use std::path::Path;
+
+pub use address::{
+    host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT, PERFTEST_PORT,
+};
+pub use error::{ConfigError, Located};
+pub use model::{
+    Auth, Config, Device, Devices, Discovery, GidIndex, Labels, Listen, Peer, PeerMode,
+    ProbeConfig, Selection, SkipReason, DEFAULT_BURST_DURATION, DEFAULT_CONTROL_LISTEN,
+    DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER, DEFAULT_METRICS_LISTEN,
+    DEFAULT_QP_TIMEOUT, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
+};
 pub use units::{
     parse_duration, parse_positive_duration, ByteSize, RateLimit, ResolveError, ResolvedRate,
     UnitError,
 };
+pub use validate::RESERVED_LABELS;
+
+/// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
+/// this a file is a mistake or hostile, and is refused before it is parsed. (Large clusters use
+/// `discovery`.)
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+impl Config {
+    /// Reads and validates the config file at `path`, interpolating from the process environment.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let read_error = |error| ConfigError::Read {
+            origin: origin.clone(),
+            error,
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut bytes = Vec::new();
+        // One byte more than allowed tells "at the limit" from "over it" without reading more.
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            let size = std::fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
+            return Err(ConfigError::TooLarge {
+                origin,
+                size,
+                max: MAX_CONFIG_BYTES,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not UTF-8 text (invalid byte at offset {})",
+                    e.utf8_error().valid_up_to()
+                ),
+            ))
+        })?;
+        Config::from_str(&text, &origin, |name| std::env::var(name).ok())
+    }
+
+    /// Validates config `text`; `origin` names it in errors (usually the file name), `env` looks
+    /// up `${VAR}` references (`None`: unset).
+    pub fn from_str(
+        text: &str,
+        origin: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                origin: origin.to_owned(),
+                size: text.len() as u64,
+                max: MAX_CONFIG_BYTES,
+            });
+        }
+        let origin = error::Origin {
+            name: origin.to_owned(),
+        };
+        let raw = file::parse(text, &origin)?;
+        validate::validate(raw, text, &origin, &env)
+    }
+}

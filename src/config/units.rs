@@ -271,7 +271,7 @@ impl fmt::Display for ByteSize {
             (1_000, "KB"),
         ];
         let n = self.0;
-        match UNITS.iter().find(|(u, _)| n >= *u && n % u == 0) {
+        match UNITS.iter().find(|(u, _)| n >= *u && n.is_multiple_of(*u)) {
             Some((u, name)) => write!(f, "{}{name}", n / u),
             None => write!(f, "{n}B"),
         }

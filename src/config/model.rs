@@ -1,0 +1,505 @@
+//! The validated config: what the exporter uses, and all it uses.
+//!
+//! Every value here has been checked once, at load ([`super::validate`]); the types make the
+//! remaining choices explicit (`Devices::AllActive`, `GidIndex::Auto`, `Auth::None`,
+//! `rate_limit: None` = unpaced). [`Config`], [`Peer`] and [`ProbeConfig`] keep their fields
+//! private so that only a loaded file produces them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::address::HostPort;
+use super::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
+use crate::burst::{BurstLength, BurstPlan};
+use crate::control::{AuthMode, Psk, PskError};
+use crate::prober::{self, LocalPort};
+
+/// How often a path is probed, unless configured.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+/// Random spread of probe times, as a fraction of the interval, unless configured.
+pub const DEFAULT_JITTER: f64 = 0.1;
+/// Largest jitter accepted: beyond half the interval, two probes of a path could run back to back.
+pub const MAX_JITTER: f64 = 0.5;
+/// How long a burst runs, unless configured.
+pub const DEFAULT_BURST_DURATION: Duration = Duration::from_millis(500);
+/// Every this-many-th burst of a path runs unpaced (a capacity check), unless configured.
+pub const DEFAULT_UNPACED_EVERY: u32 = 24;
+/// Deadline for each control exchange, and how long a burst may overrun its plan.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// ib_write_bw's QP timeout exponent (4.096 µs × 2^14 = 67 ms).
+pub const DEFAULT_QP_TIMEOUT: u8 = 14;
+/// Where `/metrics` is served, unless configured.
+pub const DEFAULT_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9587);
+/// Where the control channel listens, unless configured.
+pub const DEFAULT_CONTROL_LISTEN: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    super::address::DEFAULT_CONTROL_PORT,
+);
+/// How long a discovered peer that vanished stays a candidate, unless configured.
+pub const DEFAULT_FORGET_AFTER: Duration = Duration::from_secs(3600);
+/// Peers outside this node's group probed per round, unless configured.
+pub const DEFAULT_SAMPLE: u32 = 8;
+
+/// Static labels (`rack`, `tor`, ...), sorted by name.
+pub type Labels = BTreeMap<String, String>;
+
+/// A validated config file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(super) origin: String,
+    pub(super) node: String,
+    pub(super) labels: Labels,
+    pub(super) listen: Listen,
+    pub(super) auth: Auth,
+    pub(super) devices: Devices,
+    pub(super) exclude_devices: Vec<String>,
+    pub(super) defaults: ProbeConfig,
+    pub(super) peers: Vec<Peer>,
+    pub(super) discovery: Option<Discovery>,
+    pub(super) selection: Option<Selection>,
+}
+
+impl Config {
+    /// The file this config came from (as given), for messages.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// This node's name; a peer with the same name is skipped.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// This node's static labels (for `rdma_probe_node_info`).
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    pub fn listen(&self) -> &Listen {
+        &self.listen
+    }
+
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// Which local RDMA ports probe and respond.
+    pub fn devices(&self) -> &Devices {
+        &self.devices
+    }
+
+    /// Devices never touched, not even read in sysfs.
+    pub fn exclude_devices(&self) -> &[String] {
+        &self.exclude_devices
+    }
+
+    /// Whether `device` is excluded.
+    pub fn is_excluded(&self, device: &str) -> bool {
+        self.exclude_devices.iter().any(|d| d == device)
+    }
+
+    /// The `defaults` section with the built-in defaults filled in.
+    pub fn defaults(&self) -> &ProbeConfig {
+        &self.defaults
+    }
+
+    /// Every peer in file order, including skipped ones (see [`Peer::skipped`]).
+    pub fn peers(&self) -> &[Peer] {
+        &self.peers
+    }
+
+    /// The peers to probe: every peer that is not skipped.
+    pub fn active_peers(&self) -> impl Iterator<Item = &Peer> + '_ {
+        self.peers.iter().filter(|p| p.skipped.is_none())
+    }
+
+    /// Peer discovery (parsed and checked, not used yet).
+    pub fn discovery(&self) -> Option<&Discovery> {
+        self.discovery.as_ref()
+    }
+
+    /// Peer selection (parsed and checked, not used yet).
+    pub fn selection(&self) -> Option<&Selection> {
+        self.selection.as_ref()
+    }
+}
+
+/// Where the exporter listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    /// `/metrics`, `/healthz`, `/readyz`.
+    pub metrics: SocketAddr,
+    /// The control channel probers connect to.
+    pub control: SocketAddr,
+}
+
+/// How the control channel is authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// A pre-shared key read from this file (read when the exporter starts, not at config load,
+    /// so a config can be checked where the secret is not mounted).
+    PskFile(PathBuf),
+    /// No authentication: written out as `auth: none`.
+    None,
+}
+
+impl Auth {
+    /// Loads the key (if any) into the control channel's [`AuthMode`].
+    pub fn load(&self) -> Result<AuthMode, PskError> {
+        match self {
+            Auth::PskFile(path) => Psk::load(path).map(AuthMode::Psk),
+            Auth::None => Ok(AuthMode::None),
+        }
+    }
+
+    /// The key file, if any.
+    pub fn psk_file(&self) -> Option<&Path> {
+        match self {
+            Auth::PskFile(path) => Some(path),
+            Auth::None => None,
+        }
+    }
+}
+
+/// Which local RDMA ports the exporter uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Devices {
+    /// Every device with an active port (minus `exclude_devices`): the default.
+    AllActive,
+    /// Exactly these, in file order (never empty).
+    Listed(Vec<Device>),
+}
+
+/// One local RDMA port, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// `mlx5_0`, `rxe0`.
+    pub name: String,
+    /// 1-based port number.
+    pub port: u8,
+    /// The rail this port is on; paths are matched by rail. Either every listed device has one
+    /// or none has.
+    pub rail: Option<u16>,
+    pub gid_index: GidIndex,
+}
+
+impl Device {
+    /// The prober's view of this port.
+    pub fn local_port(&self) -> LocalPort {
+        LocalPort {
+            device: Some(self.name.clone()),
+            port: self.port,
+            gid_index: self.gid_index.index(),
+        }
+    }
+}
+
+/// Which GID of a port the probes use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GidIndex {
+    /// The port's global IPv4-mapped RoCE v2 GID, as ib_write_bw picks it.
+    #[default]
+    Auto,
+    Index(u32),
+}
+
+impl GidIndex {
+    pub fn index(self) -> Option<u32> {
+        match self {
+            GidIndex::Auto => None,
+            GidIndex::Index(i) => Some(i),
+        }
+    }
+}
+
+impl fmt::Display for GidIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GidIndex::Auto => f.write_str("auto"),
+            GidIndex::Index(i) => write!(f, "{i}"),
+        }
+    }
+}
+
+/// What runs at a peer's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerMode {
+    /// Another rdma-probe-exporter (its responder).
+    #[default]
+    Exporter,
+    /// A stock `ib_write_bw` server (perftest's wire protocol). Reserved: parsed and checked,
+    /// probing such a peer is not implemented yet.
+    Perftest,
+}
+
+impl fmt::Display for PeerMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeerMode::Exporter => "exporter",
+            PeerMode::Perftest => "perftest",
+        })
+    }
+}
+
+/// Why a peer in the file is not probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The peer is this node (the same peer list is shared by every node).
+    Itself,
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SkipReason::Itself => "itself",
+        })
+    }
+}
+
+/// One entry of `peers`.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub(super) name: String,
+    pub(super) address: HostPort,
+    pub(super) labels: Labels,
+    pub(super) mode: PeerMode,
+    pub(super) probe: ProbeConfig,
+    pub(super) overrides: Vec<&'static str>,
+    pub(super) skipped: Option<SkipReason>,
+}
+
+impl Peer {
+    /// The name used in metrics (`peer` label).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The control address (`HOST:PORT`).
+    pub fn address(&self) -> &HostPort {
+        &self.address
+    }
+
+    /// Static labels (for `rdma_probe_peer_info`).
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    pub fn mode(&self) -> PeerMode {
+        self.mode
+    }
+
+    /// The effective probe settings: `defaults`, overridden by the peer's own fields.
+    pub fn probe(&self) -> &ProbeConfig {
+        &self.probe
+    }
+
+    /// The probe settings this peer sets itself (field names as in the file).
+    pub fn overrides(&self) -> &[&'static str] {
+        &self.overrides
+    }
+
+    /// `Some` when this peer is kept in the file but not probed.
+    pub fn skipped(&self) -> Option<SkipReason> {
+        self.skipped
+    }
+}
+
+/// Effective probe settings of a peer (or of `defaults`), with the burst plan checked at load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeConfig {
+    pub(super) values: ProbeValues,
+    /// The plan with every setting but the pace: a percentage rate limit needs both ends' link
+    /// rates, known only at run time, and every Nth burst runs unpaced anyway.
+    pub(super) plan: BurstPlan,
+}
+
+/// The settings without the plan built from them.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ProbeValues {
+    pub interval: Duration,
+    pub jitter: f64,
+    pub message_size: ByteSize,
+    pub length: BurstLength,
+    pub rate_limit: Option<RateLimit>,
+    pub unpaced_every: u32,
+    pub qps: u16,
+    pub tx_depth: u32,
+    pub cq_mod: Option<u32>,
+    pub post_list: u32,
+    pub mtu: Option<u32>,
+    pub traffic_class: u8,
+    pub service_level: u8,
+    pub qp_timeout: u8,
+    pub timeout: Duration,
+}
+
+impl ProbeValues {
+    /// The product's defaults: ib_write_bw's for the burst, 500 ms long, unpaced.
+    pub fn builtin() -> ProbeValues {
+        ProbeValues {
+            interval: DEFAULT_INTERVAL,
+            jitter: DEFAULT_JITTER,
+            message_size: ByteSize(crate::burst::plan::DEFAULT_MESSAGE_SIZE),
+            length: BurstLength::Duration(DEFAULT_BURST_DURATION),
+            rate_limit: None,
+            unpaced_every: DEFAULT_UNPACED_EVERY,
+            qps: 1,
+            tx_depth: crate::burst::plan::DEFAULT_TX_DEPTH,
+            cq_mod: None,
+            post_list: 1,
+            mtu: None,
+            traffic_class: 0,
+            service_level: 0,
+            qp_timeout: DEFAULT_QP_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl ProbeConfig {
+    /// Time between two probes of a path.
+    pub fn interval(&self) -> Duration {
+        self.values.interval
+    }
+
+    /// Random spread of probe times as a fraction of the interval, `0.0..=0.5`.
+    pub fn jitter(&self) -> f64 {
+        self.values.jitter
+    }
+
+    pub fn message_size(&self) -> ByteSize {
+        self.values.message_size
+    }
+
+    pub fn length(&self) -> BurstLength {
+        self.values.length
+    }
+
+    /// `None`: unpaced. A percentage is resolved per burst with [`Self::resolve_rate`].
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.values.rate_limit
+    }
+
+    /// Every this-many-th burst of a path runs unpaced; 0 = never.
+    pub fn unpaced_every(&self) -> u32 {
+        self.values.unpaced_every
+    }
+
+    pub fn qps(&self) -> u16 {
+        self.values.qps
+    }
+
+    pub fn tx_depth(&self) -> u32 {
+        self.values.tx_depth
+    }
+
+    /// As configured; `None` = perftest's default (see [`BurstPlan::cq_mod`] for the effective).
+    pub fn cq_mod(&self) -> Option<u32> {
+        self.values.cq_mod
+    }
+
+    pub fn post_list(&self) -> u32 {
+        self.values.post_list
+    }
+
+    /// Upper bound for the path MTU in bytes; `None` = the lower active MTU of both ends.
+    pub fn mtu(&self) -> Option<u32> {
+        self.values.mtu
+    }
+
+    /// RoCE v2: DSCP << 2.
+    pub fn traffic_class(&self) -> u8 {
+        self.values.traffic_class
+    }
+
+    pub fn service_level(&self) -> u8 {
+        self.values.service_level
+    }
+
+    /// Local ACK timeout exponent (4.096 µs × 2^N).
+    pub fn qp_timeout(&self) -> u8 {
+        self.values.qp_timeout
+    }
+
+    /// Deadline for each control exchange, and how long a burst may overrun its plan.
+    pub fn timeout(&self) -> Duration {
+        self.values.timeout
+    }
+
+    /// The burst plan without a pace (checked at load).
+    pub fn plan(&self) -> &BurstPlan {
+        &self.plan
+    }
+
+    /// The rate of a paced burst: `None` when no limit is configured. `link_rate` is the lower
+    /// link rate of both ends in bytes per second; only a percentage needs it.
+    pub fn resolve_rate(
+        &self,
+        link_rate_bytes_per_second: Option<f64>,
+    ) -> Result<Option<ResolvedRate>, ResolveError> {
+        self.values
+            .rate_limit
+            .map(|limit| {
+                limit.resolve(self.values.message_size.bytes(), link_rate_bytes_per_second)
+            })
+            .transpose()
+    }
+
+    /// The plan of one burst: paced at `rate` (from [`Self::resolve_rate`]), or unpaced for `None`.
+    pub fn plan_with_rate(&self, rate: Option<ResolvedRate>) -> BurstPlan {
+        self.plan.clone().with_rate(rate)
+    }
+
+    /// Everything the prober needs for a probe of this peer from `local`.
+    pub fn prober_settings(
+        &self,
+        target: &HostPort,
+        node_name: &str,
+        local: LocalPort,
+        auth: AuthMode,
+    ) -> prober::ProbeSettings {
+        let v = &self.values;
+        prober::ProbeSettings {
+            target: target.to_string(),
+            node_name: node_name.to_owned(),
+            local,
+            message_size: v.message_size.bytes(),
+            length: v.length,
+            rate_limit: v.rate_limit,
+            qps: v.qps,
+            tx_depth: v.tx_depth,
+            cq_mod: v.cq_mod,
+            post_list: v.post_list,
+            mtu: v.mtu,
+            traffic_class: v.traffic_class,
+            service_level: v.service_level,
+            qp_timeout: v.qp_timeout,
+            auth,
+            timeout: v.timeout,
+        }
+    }
+}
+
+/// Where peers come from besides `peers` (parsed and checked; nothing uses it yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discovery {
+    /// Names whose A/AAAA records are peers (e.g. a DaemonSet's headless Service).
+    pub dns: Vec<HostPort>,
+    /// file_sd-style peer lists (paths or globs), watched.
+    pub files: Vec<String>,
+    /// How long a vanished peer stays a candidate.
+    pub forget_after: Duration,
+}
+
+/// Which peers are probed each round (parsed and checked; nothing uses it yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Peers with the same value of this label are always probed.
+    pub group_by: Option<String>,
+    /// How many of the other peers are probed per round, rotating.
+    pub sample: u32,
+}

@@ -22,6 +22,10 @@ use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
 
+/// Default memory budget of a session's regions on each end (see
+/// [`ProbeSettings::max_session_bytes`]).
+pub const DEFAULT_MAX_SESSION_BYTES: u64 = 64 << 20;
+
 /// Which local RDMA port a session uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalPort {

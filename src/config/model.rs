@@ -480,6 +480,7 @@ impl ProbeConfig {
             qp_timeout: v.qp_timeout,
             auth,
             timeout: v.timeout,
+            max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
         }
     }
 }

@@ -202,7 +202,8 @@ fn subcommand_help_teaches_units_defaults_and_examples() {
         "[default: 0.0.0.0:18516]",
         "[default: 16]",
         "[default: 1GiB]",
-        "[default: 60s]",
+        "[default: 5m]",
+        "[default: 64MiB]",
         "SIGTERM",
     ] {
         assert!(

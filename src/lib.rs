@@ -1,6 +1,6 @@
 //! rdma-probe-exporter: continuous, paced `ib_write_bw`-style RDMA WRITE probing of a cluster's links.
 //!
-//! One module per job (see the product brief, §2). `verbs` is the only module allowed to use
+//! One module per job (docs/architecture.md, "Modules"). `verbs` is the only module allowed to use
 //! `unsafe`; every other module is `#![forbid(unsafe_code)]`-clean by the crate-wide deny below
 //! being lifted only there.
 #![deny(unsafe_code)]

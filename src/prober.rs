@@ -2,7 +2,8 @@
 //! bursts through the engine, and keep the session warm for the next burst.
 //!
 //! Setup (control handshake + QP bring-up) is timed separately from the burst so a slow
-//! handshake never reads as a slow link (brief §4, "Sessions stay warm").
+//! handshake never reads as a slow link, and the session stays warm: a later burst costs its data,
+//! not a handshake (docs/architecture.md, "One probe, end to end").
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,8 @@ pub struct LocalPort {
     pub device: Option<String>,
     /// Port number, 1-based.
     pub port: u8,
-    /// GID table index; `None` selects the global IPv4-mapped RoCE v2 GID (brief §3).
+    /// GID table index; `None` selects the global IPv4-mapped RoCE v2 GID (docs/architecture.md,
+    /// "ib_write_bw semantics").
     pub gid_index: Option<u32>,
 }
 

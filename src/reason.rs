@@ -1,4 +1,5 @@
-//! Why a probe failed: the closed set of `reason` label values of the metric contract (brief §5).
+//! Why a probe failed: the closed set of `reason` label values of the metric contract
+//! (docs/metrics.md, "Error reasons").
 //!
 //! One enum shared by every module so that a failure detected anywhere (a completion status in
 //! `verbs`, a refused handshake in `control`, a validation mismatch reported by the responder) ends

@@ -31,7 +31,7 @@ pub struct QpSetShape {
     pub recv_depth: u32,
 }
 
-/// Path options the operator controls (brief §3).
+/// Path options the operator controls (docs/architecture.md, "ib_write_bw semantics").
 #[derive(Debug, Clone, Copy)]
 pub struct PathOptions {
     /// Upper bound on the path MTU in bytes.

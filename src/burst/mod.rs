@@ -1,9 +1,10 @@
 //! Paced RDMA WRITE bursts: the pure parts (plan, pacing, signaling, statistics, data pattern).
 //!
 //! A burst is what `ib_write_bw` does in one run — a stream of RDMA WRITEs on a set of RC QPs,
-//! timed from the start to the last completion (brief §3) — made suitable for running every
-//! minute on production nodes (brief §4): paced accurately instead of spinning, measured beyond
-//! the mean, and checked for data integrity.
+//! timed from the start to the last completion — made suitable for running every minute on
+//! production nodes: paced accurately instead of spinning, measured beyond the mean, and checked
+//! for data integrity (docs/architecture.md: "ib_write_bw semantics", "Pacing and waiting",
+//! "Data integrity").
 //!
 //! Everything here is pure: no verbs calls, no clock reads, no allocation that grows with the
 //! burst. The engine (the I/O part, on its own OS thread) owns the QPs and the clock and asks

@@ -1,9 +1,10 @@
 //! Software pacing: a token bucket at message granularity, and when to spin, sleep or block.
 //!
-//! Why not perftest's limiter (research/perftest.md §3.1, lab-notes.md): it sends bursts of
-//! tx_depth messages per gap, so below tx_depth msg/s the integer bursts-per-second truncates to
-//! zero and the limit silently does nothing; its deadline is never reset, so a sender that fell
-//! behind catches up with back-to-back bursts; and it spins a core the whole time.
+//! Why not perftest's limiter (docs/architecture.md, "Pacing and waiting"; measured in the lab:
+//! lab/README.md): it sends bursts of tx_depth messages per gap, so below tx_depth msg/s the
+//! integer bursts-per-second truncates to zero and the limit silently does nothing; its deadline
+//! is never reset, so a sender that fell behind catches up with back-to-back bursts; and it spins
+//! a core the whole time.
 //!
 //! [`Pacer`] instead meters single messages:
 //! - **Starts empty.** The bucket is empty at `t = 0` (the burst start the engine passes times
@@ -23,15 +24,16 @@
 //! before it. A sender that always sends when allowed posts message N at `N / rate`, so
 //! `N / (time of the N-th post − burst start)` equals the limit. Measuring from the *first post*
 //! instead would count N messages over N−1 intervals and read high by a factor N/(N−1): the same
-//! bias perftest's limiter has with its (bursts − 1) gaps (perftest.md §3.1, +2.8% for 5000
-//! iterations in bursts of 128). So for a paced burst the engine starts the statistics clock
+//! bias perftest's limiter has with its (bursts − 1) gaps (+2.8% for 5000 iterations in bursts
+//! of 128: 39 bursts, 38 gaps). So for a paced burst the engine starts the statistics clock
 //! ([`super::stats::BurstStats::on_start`]) at the pacer's `t = 0`, not at the first post.
 
 use std::time::Duration;
 
 use crate::config::ResolvedRate;
 
-/// Default burst allowance: about 1 ms of traffic at the limit (brief §4).
+/// Default burst allowance: about 1 ms of traffic at the limit (docs/architecture.md, "Pacing and
+/// waiting").
 pub const DEFAULT_BURST_ALLOWANCE: Duration = Duration::from_millis(1);
 
 /// What the pacer allows at a given time.
@@ -82,8 +84,8 @@ impl Pacer {
         } else {
             u64::MAX as f64
         };
-        // The allowance is at least one message interval ("at least one message", brief §4):
-        // at low rates 1 ms is far less than a gap, and a sender woken a little late — timer
+        // The allowance is at least one message interval: at low rates 1 ms is far less than a
+        // gap, and a sender woken a little late — timer
         // slack, or on Soft-RoCE the emulated NIC's own work holding the CPU — would otherwise
         // lose that lateness from the rate on every message. Catch-up stays bounded: at most
         // one extra message goes back to back after a stall.
@@ -178,7 +180,7 @@ pub const SLEEP_MARGIN: Duration = Duration::from_micros(50);
 
 /// With completions outstanding and none arriving, poll this long before arming the CQ and
 /// blocking on its completion channel ("poll first, then arm": one interrupt per message would
-/// cost more than polling; rxe signalled the channel 43–480 µs after posting, lab-notes.md).
+/// cost more than polling; rxe signalled the channel 43–480 µs after posting, lab/README.md).
 pub const POLL_BEFORE_ARM: Duration = Duration::from_micros(200);
 
 /// A completion expected later than this is waited for on the completion channel rather than
@@ -214,8 +216,9 @@ pub enum WaitAction {
     Block { timeout: Option<Duration> },
 }
 
-/// The CPU-frugal waiting policy of brief §4: poll while completions are due soon, sleep
-/// through long pacing gaps, block on the completion channel when nothing is due for a while.
+/// The CPU-frugal waiting policy (docs/architecture.md, "Pacing and waiting"): poll while
+/// completions are due soon, sleep through long pacing gaps, block on the completion channel
+/// when nothing is due for a while.
 ///
 /// The thresholds are fields so tests and benchmarks can vary them; [`WaitPolicy::default`]
 /// uses the documented constants.

@@ -1,4 +1,5 @@
-//! The data-integrity pattern written by a burst and checked by the responder (brief §4).
+//! The data-integrity pattern written by a burst and checked by the responder
+//! (docs/architecture.md, "Data integrity").
 //!
 //! Why a keyed, position-addressed generator: the prober fills its send buffer, the responder
 //! regenerates the same bytes from the per-burst seed and the QP index (the *stream*) and checks

@@ -2,8 +2,8 @@
 //!
 //! Why a separate, validated type: the engine runs on a dedicated thread against pinned memory
 //! and live QPs; every check it would otherwise have to repeat (or forget) is done here, with an
-//! error an operator can act on. Defaults are ib_write_bw's (brief §3, perftest.md §1), so our
-//! numbers compare with perftest's when nobody changed anything.
+//! error an operator can act on. Defaults are ib_write_bw's (docs/architecture.md, "ib_write_bw
+//! semantics"), so our numbers compare with perftest's when nobody changed anything.
 
 use std::fmt;
 use std::time::Duration;
@@ -24,8 +24,8 @@ pub const MAX_MESSAGE_SIZE: u64 = 1 << 30;
 pub const DEFAULT_TX_DEPTH: u32 = 128;
 /// perftest's limit for `-t`.
 pub const MAX_TX_DEPTH: u32 = 15000;
-/// Most QPs per burst: enough to spread over ECMP paths (brief §4), bounded so per-QP state and
-/// memory stay small.
+/// Most QPs per burst: enough to spread over ECMP paths (on RoCE v2 one QP follows one path),
+/// bounded so per-QP state and memory stay small.
 pub const MAX_QPS: u16 = 64;
 /// Above this message size perftest signals every WR (`MSG_SIZE_CQ_MOD_LIMIT`).
 pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
@@ -33,8 +33,9 @@ pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
 pub const DEFAULT_CQ_MOD: u32 = 100;
 /// Longest burst allowance: a bucket holding more than a second of traffic is no longer pacing.
 pub const MAX_BURST_ALLOWANCE: Duration = Duration::from_secs(1);
-/// Longest duration-mode burst: probes are short by design (brief §1); this also keeps per-QP WR
-/// indexes far below [`MAX_WR_INDEX`] at any real message rate.
+/// Longest duration-mode burst: probes are short bursts repeated on a schedule, not long
+/// benchmarks; this also keeps per-QP WR indexes far below [`MAX_WR_INDEX`] at any real message
+/// rate.
 pub const MAX_BURST_DURATION: Duration = Duration::from_secs(3600);
 
 /// How long a burst runs.

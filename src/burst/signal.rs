@@ -3,8 +3,8 @@
 //! Why this matters: an RC send queue frees a slot only when a *signaled* completion covering it
 //! is polled (completions are in order, so one CQE retires every WR up to it). Signaling every WR
 //! costs a CQE each; signaling too few can leave the window full of unsignaled WRs, and the
-//! engine then waits forever for a completion nobody asked for. The rule (brief §3, perftest
-//! §5.5) is to signal a WR when
+//! engine then waits forever for a completion nobody asked for. The rule (docs/architecture.md,
+//! "ib_write_bw semantics"; 1 and 3 are perftest's) is to signal a WR when
 //! 1. it is every `cq_mod`-th WR of its QP (`index % cq_mod == cq_mod − 1`, as perftest), or
 //! 2. posting it leaves room for fewer than `post_list` more WRs (the window is about to fill), or
 //! 3. it is the last WR of the burst.
@@ -242,8 +242,8 @@ impl SendWindow {
 
     /// Records a successful completion of signaled WR `wr_index`; it retires every WR up to it.
     /// Returns how many WRs it covered. An out-of-order or unsignaled index is an error: on RC
-    /// that means a provider bug (lab-notes.md: rxe's extended-CQ poller produced fake
-    /// completions with wrong wr_ids), and must not be counted as data.
+    /// that means a provider bug (rxe's extended-CQ poller with rdma-core < 55 produced fake
+    /// completions with wrong wr_ids: lab/README.md), and must not be counted as data.
     pub fn on_completion(&mut self, wr_index: u64) -> Result<u64, WindowError> {
         let expected = self.signaled_outstanding.front().copied();
         if expected != Some(wr_index) {

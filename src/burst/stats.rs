@@ -1,9 +1,9 @@
 //! Burst statistics: the perftest numbers, plus what the mean hides.
 //!
-//! Bandwidth and message rate follow perftest (§2.3): payload bytes, and completed WRs, over the
-//! elapsed time from the burst start to the last completion. Next to them, brief §4 asks for the
-//! lowest bandwidth over short windows and the longest gap between completions, so that a PFC
-//! pause or a stall shows up even when the average looks fine.
+//! Bandwidth and message rate follow perftest (docs/architecture.md, "ib_write_bw semantics"):
+//! payload bytes, and completed WRs, over the elapsed time from the burst start to the last
+//! completion. Next to them come the lowest bandwidth over short windows and the longest gap
+//! between completions, so that a PFC pause or a stall shows up even when the average looks fine.
 //!
 //! Everything is aggregated incrementally in O(QPs) memory: a 10 GB burst is not a list of
 //! 150 000 completion times.

@@ -234,7 +234,8 @@ pub struct AuthArgs {
 }
 
 impl AuthArgs {
-    /// Loads the key, or refuses when neither choice was made (brief §4 "Secure by default").
+    /// Loads the key, or refuses when neither choice was made: secure by default
+    /// (docs/architecture.md, "Authentication").
     fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
         match (self.psk_file, self.no_auth) {
             (Some(path), _) => Psk::load(&path).map(AuthMode::Psk).map_err(|e| {
@@ -266,7 +267,8 @@ pub struct NodeArgs {
     pub node: Option<String>,
 }
 
-/// The environment variable Kubernetes manifests set from `spec.nodeName` (brief §7).
+/// The environment variable Kubernetes manifests set from `spec.nodeName` (the downward API), so
+/// every pod of a DaemonSet knows its node's name.
 const NODE_NAME_ENV: &str = "NODE_NAME";
 
 impl NodeArgs {

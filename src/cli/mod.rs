@@ -1,4 +1,5 @@
-//! The command line: `responder`, `probe`, `devices` and `check-config` (brief §2, `cli`).
+//! The command line: `responder`, `probe`, `devices` and `check-config` (docs/architecture.md,
+//! "Modules").
 //!
 //! Three layers, so that each can be tested on its own and `main.rs` stays wiring:
 //! - [`args`]: clap definitions, parsed once into validated settings ([`Action`]); every

@@ -1,12 +1,13 @@
 //! What the CLI prints, as pure functions of the results (unit-tested without RDMA).
 //!
-//! The probe table follows `ib_write_bw`'s report (research/perftest.md §2.3) so numbers can be
-//! compared side by side: a header block, then `#bytes #iterations BW average MsgRate`. perftest
-//! prints one bandwidth unit per run (MiB/s, or Gb/s with `--report_gbits`); we print both, since
-//! operators think in Gb/s (link rates) and perftest users are used to MiB/s. There is no
+//! The probe table follows `ib_write_bw`'s report (docs/architecture.md, "ib_write_bw
+//! semantics") so numbers can be compared side by side: a header block, then
+//! `#bytes #iterations BW average MsgRate`. perftest prints one bandwidth unit per run (MiB/s, or
+//! Gb/s with `--report_gbits`); we print both, since operators think in Gb/s (link rates) and
+//! perftest users are used to MiB/s. There is no
 //! "BW peak" column: perftest's peak is a per-message best case that is off (0.00) in most
 //! modes; the minimum short-window bandwidth that follows the table is the figure that catches
-//! stalls and PFC pauses (brief §4).
+//! stalls and PFC pauses.
 
 use std::fmt::Write as _;
 

@@ -3,9 +3,10 @@
 //!
 //! Why a module of its own: the same strings appear in the YAML config, on the command line and in
 //! error messages, and a rate limit that is silently read 8× too high (bits vs bytes) or ignored
-//! (perftest's limiter below tx_depth msg/s, lab-notes.md) is exactly the kind of bug this product
-//! exists to avoid. So parsing is strict, every rejection names the accepted forms, and values
-//! print back in a form that parses to the same value (`Display` round-trips).
+//! (perftest's software limiter does nothing below tx_depth messages per second;
+//! docs/architecture.md, "Pacing and waiting") is exactly the kind of bug this product exists to
+//! avoid. So parsing is strict, every rejection names the accepted forms, and values print back
+//! in a form that parses to the same value (`Display` round-trips).
 //!
 //! Case: units are case-insensitive, except for the one letter that tells bits from bytes where
 //! it is the *only* thing that does: `Gb/s` or `MBps` are refused as ambiguous (write `Gbps` for
@@ -608,8 +609,8 @@ impl ResolvedRate {
 impl RateLimit {
     /// Turns the configured limit into a concrete rate for messages of `message_size` bytes.
     ///
-    /// `link_rate_bytes_per_second` is the lower link rate of both ends (brief §3); it is only
-    /// needed, and only checked, for a percentage.
+    /// `link_rate_bytes_per_second` is the lower link rate of both ends (docs/architecture.md,
+    /// "ib_write_bw semantics"); it is only needed, and only checked, for a percentage.
     pub fn resolve(
         &self,
         message_size: u64,

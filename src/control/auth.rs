@@ -14,9 +14,9 @@
 //!
 //! What this does *not* do: it authenticates the handshake, not every later frame, and nothing is
 //! encrypted. It keeps unauthenticated clients from obtaining QP numbers, rkeys and addresses or
-//! from making a responder pin memory, which is the threat the brief names (§4 "Secure by default");
-//! an attacker who can hijack an established TCP connection on the management network is out of
-//! scope (run the control port on a trusted network, or add TLS in front).
+//! from making a responder pin memory, which is the threat it is for (docs/architecture.md,
+//! "Authentication"); an attacker who can hijack an established TCP connection on the management
+//! network is out of scope (run the control port on a trusted network, or add TLS in front).
 //!
 //! Everything here is pure (apart from drawing nonces from the OS) and unit-tested.
 

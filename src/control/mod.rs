@@ -12,10 +12,10 @@
 //! * [`connection`]: tokio TCP I/O with a deadline on every read and write, and the client/server
 //!   handshakes.
 //!
-//! Security property (brief §4 "Secure by default"): the handshake (`Hello`, `Challenge`,
-//! `Authenticate`, `AuthOk`) carries only a node name, nonces and MACs. QP numbers, rkeys and
-//! addresses travel in `SessionRequest`/`SessionAccept`, which a caller sends only after
-//! [`client_handshake`] / [`server_handshake`] returned `Ok`.
+//! Security property (docs/architecture.md, "Authentication"): the handshake (`Hello`,
+//! `Challenge`, `Authenticate`, `AuthOk`) carries only a node name, nonces and MACs. QP numbers,
+//! rkeys and addresses travel in `SessionRequest`/`SessionAccept`, which a caller sends only
+//! after [`client_handshake`] / [`server_handshake`] returned `Ok`.
 
 pub mod auth;
 pub mod codec;

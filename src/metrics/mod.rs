@@ -1,5 +1,5 @@
-//! The metric families of brief §5 and the standard process metrics, registered once at start-up
-//! in one registry that `/metrics` encodes at each scrape.
+//! The metric families of the metric contract (docs/metrics.md) and the standard process
+//! metrics, registered once at start-up in one registry that `/metrics` encodes at each scrape.
 //!
 //! Handles ([`ResponderMetrics`]) are cheap clones of atomic counters, so the parts that count
 //! never wait on a scrape. Series are created on first use, never pre-created per reason.

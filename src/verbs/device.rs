@@ -90,8 +90,8 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
 }
 
 /// [`list_devices`] restricted to devices for which `include(name)` is true; the others are not
-/// opened or queried at all (the brief's device exclusion list: some firmware-restricted NICs
-/// flood the kernel log when queried).
+/// opened or queried at all (for a device exclusion list such as the config's `exclude_devices`:
+/// some firmware-restricted NICs flood the kernel log when queried).
 pub fn list_devices_filtered(include: impl Fn(&str) -> bool) -> Result<Vec<DeviceInfo>> {
     let list = device_list()?;
     let mut out = Vec::with_capacity(list.len());

@@ -6,8 +6,8 @@
 //!   decoded totally (unknown → `Unknown(raw)` / `None`), never with sideway's panicking
 //!   conversions, so a new NIC generation cannot crash the exporter. A host without RDMA (ENOSYS),
 //!   without libibverbs (EOPNOTSUPP) or without devices yields [`VerbsError::NoDevice`].
-//! - [`select_gid`]: perftest's GID auto-selection (brief §3: per device and port, never derived
-//!   from the control connection's address).
+//! - [`select_gid`]: perftest's GID auto-selection (per device and port, never derived from the
+//!   control connection's address: docs/architecture.md, "ib_write_bw semantics").
 //! - [`ProtectionDomain`], [`MemoryRegion`] (owned page-aligned buffer, LOCAL_WRITE |
 //!   REMOTE_WRITE, never REMOTE_READ), [`CompletionQueue`] (basic CQ + completion channel: the
 //!   extended CQ poller is broken on rxe with rdma-core < 55), [`QueuePair`] (basic RC QP,

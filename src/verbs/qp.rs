@@ -56,7 +56,8 @@ pub struct RemoteEndpoint {
     pub lid: u16,
 }
 
-/// Path attributes for INIT → RTR. Defaults follow ib_write_bw (brief §3).
+/// Path attributes for INIT → RTR. Defaults follow ib_write_bw (docs/architecture.md,
+/// "ib_write_bw semantics").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathParams {
     /// Path MTU in bytes: one of 256, 512, 1024, 2048, 4096 (use the min of both ends' active
@@ -137,8 +138,8 @@ pub struct WriteRequest {
     /// Bytes to write (0 is allowed: no SGE).
     pub len: u32,
     pub remote: RemoteAddr,
-    /// Request a completion for this WR (unsignaled WRs complete silently; see brief §3 for when
-    /// the engine must signal).
+    /// Request a completion for this WR (unsignaled WRs complete silently; for when the engine
+    /// must signal, see `burst::signal` and docs/architecture.md, "ib_write_bw semantics").
     pub signaled: bool,
     /// `Some(imm)`: WRITE WITH IMMEDIATE, which also consumes one posted receive at the peer and
     /// delivers `imm` in its receive completion.
@@ -380,7 +381,8 @@ impl QueuePair {
     }
 
     /// Any state → ERROR: outstanding WRs are flushed (complete with `WR_FLUSH_ERR`), so the CQ
-    /// can be drained before teardown. An errored QP is never reused (brief §3).
+    /// can be drained before teardown. An errored QP is never reused: it would only produce
+    /// cascades of flush errors; the session is rebuilt instead.
     pub fn to_error(&mut self) -> Result<()> {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Error);

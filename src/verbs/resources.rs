@@ -79,8 +79,8 @@ impl Context {
     /// channel.
     ///
     /// A basic CQ is used on purpose: rxe's extended-CQ poller in rdma-core < 55 yields fake
-    /// successful completions with wrong `wr_id`s (lab notes); `ibv_poll_cq` is correct and is what
-    /// perftest uses.
+    /// successful completions with wrong `wr_id`s (seen in the lab: lab/README.md); `ibv_poll_cq`
+    /// is correct and is what perftest uses.
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
         if cqe == 0 || cqe > i32::MAX as u32 {
             return Err(VerbsError::InvalidArgument(format!(

@@ -429,7 +429,7 @@ fn gid_score(entry: &GidEntry, prefer_ipv6: bool) -> Option<u32> {
     Some(score + entry.gid_type.roce_version())
 }
 
-/// Picks the GID index perftest would pick with no `-x` on an Ethernet port (perftest §5.3):
+/// Picks the GID index perftest would pick with no `-x` on an Ethernet port (its scoring):
 /// prefer IPv4-mapped, then non-link-local, then RoCE v2 over v1; ties go to the lowest index;
 /// zero GIDs are skipped. `None` if there is no usable entry. Normally this is the global
 /// IPv4-mapped RoCE v2 GID of the port.
@@ -655,7 +655,7 @@ mod tests {
 
     #[test]
     fn select_gid_rxe_layout() {
-        // rxe: index 0 link-local v2, index 1 IPv4-mapped v2 (lab notes: `-x 1`).
+        // rxe: index 0 link-local v2, index 1 IPv4-mapped v2 (lab/README.md: `-x 1`).
         let t = vec![
             entry(0, "fe80::5054:ff:fe12:3456", GidType::RoceV2),
             entry(1, "::ffff:192.0.2.10", GidType::RoceV2),

@@ -5,7 +5,7 @@
 //! Admission is in two steps so that strangers cannot exhaust it: a connection first takes one
 //! of a few handshake permits (held only while it authenticates, under the control timeout),
 //! and only an authenticated prober takes a session permit. Sessions are served one handler per
-//! control message ([`SessionHandler`]). Registering, checking and freeing memory runs on
+//! control message (`SessionHandler`). Registering, checking and freeing memory runs on
 //! blocking threads, never on the async workers, so one session's large region never stalls
 //! another's timers.
 

@@ -3,7 +3,7 @@
 #  2. pacing: our probe at several limits (achieved / limit);
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
-#     limit at low rates: lab-notes.md) at 25% and 50% of the link's measured bandwidth, same bytes,
+#     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
 #     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike.
 # node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
@@ -11,7 +11,7 @@ N=${BENCH_MESSAGES:-500}
 echo "lab-psk-0123456789abcdef" >/tmp/psk
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
-# emulation retransmits spuriously (lab-notes; tests/lab/probe.rs).
+# emulation retransmits spuriously (lab/README.md; lab/scenarios/probe-basic.sh).
 QP_TIMEOUT=17
 case $LAB_NODE in
   node2)

@@ -8,7 +8,7 @@
 //! [`BurstRun`]'s; this file is the I/O loop around it.
 //!
 //! Waiting policy (CPU-frugal, docs/architecture.md): when nothing can be posted, the engine asks
-//! [`WaitPolicy`]: it spins only for waits under ~100 µs, sleeps through longer pacing gaps
+//! [`WaitPolicy`](super::WaitPolicy): it spins only for waits under ~100 µs, sleeps through longer pacing gaps
 //! (spinning the last ~50 µs for accuracy), and when completions are outstanding but not
 //! arriving it polls ~200 µs, then arms the CQ and blocks on its completion channel. An unpaced
 //! burst follows the same policy: with a full send window it blocks until the NIC completes a

@@ -171,3 +171,59 @@ async fn scrape_negotiates_the_format_and_passes_promtool() {
     server.stop.send(()).unwrap();
     server.task.await.unwrap().expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn probe_families_of_many_paths_pass_promtool() {
+    use rdma_probe_exporter::metrics::probe::{
+        BurstFigures, DeferReason, PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
+    };
+    use rdma_probe_exporter::reason::ErrorReason;
+    let server = start().await;
+    let mut recorder = ProbeRecorder::new(server.metrics.probes.clone());
+    let figures = BurstFigures {
+        bytes: 1 << 20,
+        messages: 16,
+        elapsed_seconds: 0.5,
+        bandwidth_bytes_per_second: 2e6,
+        min_window_bandwidth_bytes_per_second: 1e6,
+        completion_gap_max_seconds: 0.01,
+        message_rate_per_second: 32.0,
+    };
+    for i in 0..50 {
+        let path = PathLabels {
+            device: format!("mlx5_{}", i % 4),
+            peer: format!("node-{i}"),
+            peer_device: format!("mlx5_{}", i % 4),
+        };
+        recorder.apply(ProbeEvent::Attempt(path.clone()));
+        let result = match i % 3 {
+            0 => ProbeResult::Success { figures },
+            1 => ProbeResult::Failure {
+                reason: ErrorReason::WcRetryExceeded,
+                message: "retry exceeded".into(),
+                figures: Some(figures),
+            },
+            _ => ProbeResult::Deferred {
+                reason: DeferReason::Busy,
+            },
+        };
+        recorder.apply(ProbeEvent::Completed(
+            path,
+            ProbeRecord {
+                result,
+                target_bytes_per_second: Some(1.25e9),
+                setup_seconds: Some(0.1),
+                at_unix_seconds: 1.7e9,
+            },
+        ));
+    }
+    recorder.apply(ProbeEvent::ConfigLoaded {
+        ok: true,
+        at_unix_seconds: 1.7e9,
+    });
+    let text = get(server.addr, "/metrics", None).await;
+    assert_eq!(text.status, 200);
+    assert_eq!(text.body.matches("rdma_probe_success{").count(), 50);
+    promtool::assert_promtool_accepts(&text.body);
+    let _ = server.stop.send(());
+}

@@ -4,6 +4,7 @@
 //! Handles ([`ResponderMetrics`]) are cheap clones of atomic counters, so the parts that count
 //! never wait on a scrape. Series are created on first use, never pre-created per reason.
 
+pub mod probe;
 pub mod process;
 
 use std::fmt::Write as _;
@@ -55,6 +56,8 @@ pub struct EncodeError;
 pub struct Metrics {
     registry: Arc<Registry>,
     pub responder: ResponderMetrics,
+    /// The exporter's probe families; written only by a [`probe::ProbeRecorder`].
+    pub probes: probe::ProbeFamilies,
 }
 
 impl Metrics {
@@ -88,10 +91,12 @@ impl Metrics {
             "Messages whose data the responder checked at their own offset after a burst",
             responder.verified_messages.clone(),
         );
+        let probes = probe::ProbeFamilies::register(&mut registry);
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),
             responder,
+            probes,
         }
     }
 

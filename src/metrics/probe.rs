@@ -1,0 +1,734 @@
+//! The probe families of the metric contract (docs/metrics.md), and the one task that writes
+//! them.
+//!
+//! Device workers never touch a metric: they send [`ProbeEvent`]s over a bounded channel to
+//! [`ProbeRecorder`], which owns the families and the table of known paths. A scrape encodes the
+//! registry (atomics behind read locks) and never waits on a burst; the status page reads a
+//! [`PathSnapshot`] copy of the table. One writer also makes the series bookkeeping simple: a
+//! path removed by a reload loses every one of its series, reasons and results included.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use super::PREFIX;
+use crate::reason::ErrorReason;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A probed path: (local device, peer, peer device).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet, Serialize)]
+pub struct PathLabels {
+    pub device: String,
+    pub peer: String,
+    pub peer_device: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    reason: &'static str,
+}
+
+/// Why a burst did not run, without being a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeferReason {
+    /// The responder was serving another prober's burst.
+    Busy,
+    /// The device's duty-cycle budget was spent.
+    Budget,
+}
+
+impl DeferReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeferReason::Busy => "busy",
+            DeferReason::Budget => "budget",
+        }
+    }
+}
+
+/// The figures of one burst (also of a failed one, for what completed before it failed).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BurstFigures {
+    pub bytes: u64,
+    pub messages: u64,
+    /// Data phase of the burst, seconds.
+    pub elapsed_seconds: f64,
+    pub bandwidth_bytes_per_second: f64,
+    pub min_window_bandwidth_bytes_per_second: f64,
+    pub completion_gap_max_seconds: f64,
+    pub message_rate_per_second: f64,
+}
+
+/// How a probe of a path ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ProbeResult {
+    Success {
+        figures: BurstFigures,
+    },
+    Failure {
+        reason: ErrorReason,
+        message: String,
+        /// What completed before the failure, if anything did.
+        figures: Option<BurstFigures>,
+    },
+    Deferred {
+        reason: DeferReason,
+    },
+}
+
+/// One finished probe of a path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeRecord {
+    pub result: ProbeResult,
+    /// What the burst aimed for: the rate limit, or the lower link rate of both ends.
+    pub target_bytes_per_second: Option<f64>,
+    /// Set when the session was (re)built for this burst: control + QP setup time.
+    pub setup_seconds: Option<f64>,
+    /// Unix time the probe ended.
+    pub at_unix_seconds: f64,
+}
+
+/// What the recorder is told.
+#[derive(Debug, Clone)]
+pub enum ProbeEvent {
+    /// A probe of this path starts: its success gauge exists from now on (0 until a success).
+    Attempt(PathLabels),
+    /// A probe of this path ended.
+    Completed(PathLabels, ProbeRecord),
+    /// After a (re)load: only these paths exist; every series of any other path goes.
+    RetainPaths(BTreeSet<PathLabels>),
+    /// A config (re)load: whether it succeeded, and when.
+    ConfigLoaded { ok: bool, at_unix_seconds: f64 },
+}
+
+/// The last state of one path, for the status page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathState {
+    pub path: PathLabels,
+    pub last: Option<ProbeRecord>,
+    pub last_success_unix_seconds: Option<f64>,
+    /// The last failure's reason and message, and when, kept after later successes.
+    pub last_error: Option<(ErrorReason, String, f64)>,
+    pub runs: u64,
+    pub failures: u64,
+}
+
+/// A copy of the path table, read by the status page; written only by the recorder.
+pub type PathSnapshot = Arc<RwLock<BTreeMap<PathLabels, PathState>>>;
+
+/// The families, registered once.
+#[derive(Debug, Clone)]
+pub struct ProbeFamilies {
+    success: Family<PathLabels, Gauge>,
+    bandwidth: Family<PathLabels, FloatGauge>,
+    min_window: Family<PathLabels, FloatGauge>,
+    gap_max: Family<PathLabels, FloatGauge>,
+    target: Family<PathLabels, FloatGauge>,
+    message_rate: Family<PathLabels, FloatGauge>,
+    bytes: Family<PathLabels, Counter>,
+    messages: Family<PathLabels, Counter>,
+    runs: Family<ResultLabels, Counter>,
+    errors: Family<ReasonLabels, Counter>,
+    deferred: Family<ReasonLabels, Counter>,
+    setup: Family<PathLabels, FloatGauge>,
+    last_success: Family<PathLabels, FloatGauge>,
+    burst_duration: Histogram,
+    reload_success: Gauge,
+    last_reload: FloatGauge,
+}
+
+impl ProbeFamilies {
+    pub fn register(registry: &mut Registry) -> Self {
+        let families = ProbeFamilies {
+            success: Family::default(),
+            bandwidth: Family::default(),
+            min_window: Family::default(),
+            gap_max: Family::default(),
+            target: Family::default(),
+            message_rate: Family::default(),
+            bytes: Family::default(),
+            messages: Family::default(),
+            runs: Family::default(),
+            errors: Family::default(),
+            deferred: Family::default(),
+            setup: Family::default(),
+            last_success: Family::default(),
+            // 1 ms .. ~33 s, doubling: bursts are short by design.
+            burst_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            reload_success: Gauge::default(),
+            last_reload: FloatGauge::default(),
+        };
+        let f = &families;
+        macro_rules! add {
+            ($name:literal, $help:literal, $metric:expr) => {
+                registry.register(format!("{PREFIX}_{}", $name), $help, $metric)
+            };
+        }
+        add!(
+            "success",
+            "1 if the last probe of this path succeeded, else 0",
+            f.success.clone()
+        );
+        add!(
+            "bandwidth_bytes_per_second",
+            "Achieved payload bandwidth of the path's last burst",
+            f.bandwidth.clone()
+        );
+        add!(
+            "bandwidth_min_window_bytes_per_second",
+            "Lowest bandwidth over the short windows of the path's last burst",
+            f.min_window.clone()
+        );
+        add!(
+            "completion_gap_max_seconds",
+            "Longest gap between completions in the path's last burst",
+            f.gap_max.clone()
+        );
+        add!("target_bandwidth_bytes_per_second", "What the path's last burst aimed for: the rate limit, or the lower link rate of both ends when unpaced", f.target.clone());
+        add!(
+            "message_rate_per_second",
+            "Completed RDMA WRITEs per second in the path's last burst",
+            f.message_rate.clone()
+        );
+        add!(
+            "bytes",
+            "Payload bytes completed on this path",
+            f.bytes.clone()
+        );
+        add!(
+            "messages",
+            "RDMA WRITEs completed on this path",
+            f.messages.clone()
+        );
+        add!("runs", "Bursts run on this path, by result", f.runs.clone());
+        add!(
+            "errors",
+            "Failed probes of this path, by reason",
+            f.errors.clone()
+        );
+        add!(
+            "deferred",
+            "Probes of this path not run, and not failures, by reason",
+            f.deferred.clone()
+        );
+        add!(
+            "setup_seconds",
+            "Control and QP setup time of the path's last session (re)build",
+            f.setup.clone()
+        );
+        add!(
+            "last_success_timestamp_seconds",
+            "Unix time of the path's last successful burst",
+            f.last_success.clone()
+        );
+        add!(
+            "burst_duration_seconds",
+            "Data phase of bursts, all paths together",
+            f.burst_duration.clone()
+        );
+        add!(
+            "config_reload_success",
+            "1 if the last config (re)load succeeded, else 0",
+            f.reload_success.clone()
+        );
+        add!(
+            "config_last_reload_timestamp_seconds",
+            "Unix time of the last config (re)load attempt",
+            f.last_reload.clone()
+        );
+        families
+    }
+}
+
+/// Per path: which label values of the reason-labelled families exist, so that removing the
+/// path removes them all (series are created on first use, never pre-created per reason).
+#[derive(Debug, Default)]
+struct SeriesOfPath {
+    results: BTreeSet<&'static str>,
+    errors: BTreeSet<&'static str>,
+    deferred: BTreeSet<&'static str>,
+}
+
+/// The owner of the probe families: applies events, one at a time.
+#[derive(Debug)]
+pub struct ProbeRecorder {
+    families: ProbeFamilies,
+    series: BTreeMap<PathLabels, SeriesOfPath>,
+    snapshot: PathSnapshot,
+}
+
+impl ProbeRecorder {
+    pub fn new(families: ProbeFamilies) -> Self {
+        ProbeRecorder {
+            families,
+            series: BTreeMap::new(),
+            snapshot: PathSnapshot::default(),
+        }
+    }
+
+    /// The table the status page reads.
+    pub fn snapshot(&self) -> PathSnapshot {
+        Arc::clone(&self.snapshot)
+    }
+
+    /// Applies events until every sender is gone.
+    pub async fn run(mut self, mut events: tokio::sync::mpsc::Receiver<ProbeEvent>) {
+        while let Some(event) = events.recv().await {
+            self.apply(event);
+        }
+    }
+
+    pub fn apply(&mut self, event: ProbeEvent) {
+        match event {
+            ProbeEvent::Attempt(path) => self.on_attempt(path),
+            ProbeEvent::Completed(path, record) => self.on_completed(path, record),
+            ProbeEvent::RetainPaths(keep) => self.retain(&keep),
+            ProbeEvent::ConfigLoaded {
+                ok,
+                at_unix_seconds,
+            } => {
+                self.families.reload_success.set(i64::from(ok));
+                self.families.last_reload.set(at_unix_seconds);
+            }
+        }
+    }
+
+    fn on_attempt(&mut self, path: PathLabels) {
+        if self.series.contains_key(&path) {
+            return;
+        }
+        self.families.success.get_or_create(&path).set(0);
+        self.series.insert(path.clone(), SeriesOfPath::default());
+        self.table()
+            .entry(path.clone())
+            .or_insert_with(|| PathState {
+                path,
+                last: None,
+                last_success_unix_seconds: None,
+                last_error: None,
+                runs: 0,
+                failures: 0,
+            });
+    }
+
+    fn on_completed(&mut self, path: PathLabels, record: ProbeRecord) {
+        self.on_attempt(path.clone());
+        let f = &self.families;
+        let series = self.series.entry(path.clone()).or_default();
+        if let Some(setup) = record.setup_seconds {
+            f.setup.get_or_create(&path).set(setup);
+        }
+        let figures = match &record.result {
+            ProbeResult::Deferred { reason } => {
+                let reason = reason.as_str();
+                f.deferred
+                    .get_or_create(&reason_labels(&path, reason))
+                    .inc();
+                series.deferred.insert(reason);
+                None
+            }
+            ProbeResult::Success { figures } => {
+                f.success.get_or_create(&path).set(1);
+                f.last_success
+                    .get_or_create(&path)
+                    .set(record.at_unix_seconds);
+                count_run(f, series, &path, "success");
+                Some(figures)
+            }
+            ProbeResult::Failure {
+                reason, figures, ..
+            } => {
+                f.success.get_or_create(&path).set(0);
+                count_run(f, series, &path, "failure");
+                let reason = reason.as_str();
+                f.errors.get_or_create(&reason_labels(&path, reason)).inc();
+                series.errors.insert(reason);
+                figures.as_ref()
+            }
+        };
+        if let Some(figures) = figures {
+            self.record_figures(&path, figures, record.target_bytes_per_second);
+        }
+        self.update_table(path, record);
+    }
+
+    /// Gauges describe the last burst that moved data; counters accumulate what completed.
+    fn record_figures(&self, path: &PathLabels, figures: &BurstFigures, target: Option<f64>) {
+        let f = &self.families;
+        f.bandwidth
+            .get_or_create(path)
+            .set(figures.bandwidth_bytes_per_second);
+        f.min_window
+            .get_or_create(path)
+            .set(figures.min_window_bandwidth_bytes_per_second);
+        f.gap_max
+            .get_or_create(path)
+            .set(figures.completion_gap_max_seconds);
+        f.message_rate
+            .get_or_create(path)
+            .set(figures.message_rate_per_second);
+        if let Some(target) = target {
+            f.target.get_or_create(path).set(target);
+        }
+        f.bytes.get_or_create(path).inc_by(figures.bytes);
+        f.messages.get_or_create(path).inc_by(figures.messages);
+        f.burst_duration.observe(figures.elapsed_seconds);
+    }
+
+    fn update_table(&self, path: PathLabels, record: ProbeRecord) {
+        let mut table = self.table();
+        let Some(state) = table.get_mut(&path) else {
+            return;
+        };
+        match &record.result {
+            ProbeResult::Success { .. } => {
+                state.runs += 1;
+                state.last_success_unix_seconds = Some(record.at_unix_seconds);
+            }
+            ProbeResult::Failure {
+                reason, message, ..
+            } => {
+                state.runs += 1;
+                state.failures += 1;
+                state.last_error = Some((*reason, message.clone(), record.at_unix_seconds));
+            }
+            ProbeResult::Deferred { .. } => {}
+        }
+        state.last = Some(record);
+    }
+
+    /// Removes every series of every path not in `keep`.
+    fn retain(&mut self, keep: &BTreeSet<PathLabels>) {
+        let gone: Vec<PathLabels> = self
+            .series
+            .keys()
+            .filter(|p| !keep.contains(*p))
+            .cloned()
+            .collect();
+        let f = &self.families;
+        for path in gone {
+            let series = self.series.remove(&path).unwrap_or_default();
+            for family in [
+                &f.bandwidth,
+                &f.min_window,
+                &f.gap_max,
+                &f.target,
+                &f.message_rate,
+                &f.setup,
+                &f.last_success,
+            ] {
+                family.remove(&path);
+            }
+            f.success.remove(&path);
+            f.bytes.remove(&path);
+            f.messages.remove(&path);
+            for result in series.results {
+                f.runs.remove(&result_labels(&path, result));
+            }
+            for reason in series.errors {
+                f.errors.remove(&reason_labels(&path, reason));
+            }
+            for reason in series.deferred {
+                f.deferred.remove(&reason_labels(&path, reason));
+            }
+            self.table().remove(&path);
+        }
+    }
+
+    fn table(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<PathLabels, PathState>> {
+        // A panic while holding the lock cannot leave the table half-written in a way that
+        // matters more than losing the status page: take it back.
+        self.snapshot
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn count_run(
+    f: &ProbeFamilies,
+    series: &mut SeriesOfPath,
+    path: &PathLabels,
+    result: &'static str,
+) {
+    f.runs.get_or_create(&result_labels(path, result)).inc();
+    series.results.insert(result);
+}
+
+fn result_labels(path: &PathLabels, result: &'static str) -> ResultLabels {
+    ResultLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        result,
+    }
+}
+
+fn reason_labels(path: &PathLabels, reason: &'static str) -> ReasonLabels {
+    ReasonLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Format, Metrics};
+
+    fn path(peer: &str) -> PathLabels {
+        PathLabels {
+            device: "mlx5_0".into(),
+            peer: peer.into(),
+            peer_device: "mlx5_0".into(),
+        }
+    }
+
+    fn figures(bandwidth: f64) -> BurstFigures {
+        BurstFigures {
+            bytes: 65536 * 100,
+            messages: 100,
+            elapsed_seconds: 0.5,
+            bandwidth_bytes_per_second: bandwidth,
+            min_window_bandwidth_bytes_per_second: bandwidth * 0.9,
+            completion_gap_max_seconds: 0.001,
+            message_rate_per_second: 200.0,
+        }
+    }
+
+    fn success(bandwidth: f64) -> ProbeRecord {
+        ProbeRecord {
+            result: ProbeResult::Success {
+                figures: figures(bandwidth),
+            },
+            target_bytes_per_second: Some(1.25e9),
+            setup_seconds: Some(0.02),
+            at_unix_seconds: 1_700_000_000.0,
+        }
+    }
+
+    fn failure(reason: ErrorReason) -> ProbeRecord {
+        ProbeRecord {
+            result: ProbeResult::Failure {
+                reason,
+                message: "peer gone".into(),
+                figures: None,
+            },
+            target_bytes_per_second: None,
+            setup_seconds: None,
+            at_unix_seconds: 1_700_000_060.0,
+        }
+    }
+
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    }
+
+    const B: &str = r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0"}"#;
+
+    #[test]
+    fn success_gauge_exists_from_the_first_attempt_and_stays_when_the_peer_is_down() {
+        let metrics = Metrics::new();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        recorder.apply(ProbeEvent::Attempt(path("node-b")));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(sample(&text, &format!("rdma_probe_success{B}")), Some(0.0));
+        assert!(
+            !text.contains("rdma_probe_bandwidth_bytes_per_second{"),
+            "{text}"
+        );
+
+        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::Completed(
+            path("node-b"),
+            failure(ErrorReason::Connect),
+        ));
+        recorder.apply(ProbeEvent::Completed(
+            path("node-b"),
+            failure(ErrorReason::Connect),
+        ));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(sample(&text, &format!("rdma_probe_success{B}")), Some(0.0));
+        let errors = r#"rdma_probe_errors_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",reason="connect"}"#;
+        assert_eq!(sample(&text, errors), Some(2.0));
+        let runs = r#"rdma_probe_runs_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",result="failure"}"#;
+        assert_eq!(sample(&text, runs), Some(2.0));
+        // The last burst that moved data still describes the link.
+        assert_eq!(
+            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            Some(1e9)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("rdma_probe_last_success_timestamp_seconds{B}")
+            ),
+            Some(1_700_000_000.0)
+        );
+        assert_eq!(
+            sample(&text, "rdma_probe_burst_duration_seconds_count"),
+            Some(1.0)
+        );
+        let state = recorder.snapshot().read().unwrap()[&path("node-b")].clone();
+        assert_eq!(state.runs, 3);
+        assert_eq!(state.failures, 2);
+        assert_eq!(
+            state.last_error.as_ref().map(|e| e.0),
+            Some(ErrorReason::Connect)
+        );
+    }
+
+    #[test]
+    fn deferrals_are_counted_apart_from_failures() {
+        let metrics = Metrics::new();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let busy = ProbeRecord {
+            result: ProbeResult::Deferred {
+                reason: DeferReason::Busy,
+            },
+            target_bytes_per_second: None,
+            setup_seconds: None,
+            at_unix_seconds: 1.0,
+        };
+        recorder.apply(ProbeEvent::Completed(path("node-b"), busy));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let deferred = r#"rdma_probe_deferred_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",reason="busy"}"#;
+        assert_eq!(sample(&text, deferred), Some(1.0));
+        assert!(!text.contains("rdma_probe_runs_total{"), "{text}");
+        assert!(!text.contains("rdma_probe_errors_total{"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_burst_with_figures_reports_what_completed() {
+        let metrics = Metrics::new();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let slow = ProbeRecord {
+            result: ProbeResult::Failure {
+                reason: ErrorReason::Timeout,
+                message: "deadline".into(),
+                figures: Some(figures(2.5e5)),
+            },
+            target_bytes_per_second: Some(7.5e5),
+            setup_seconds: None,
+            at_unix_seconds: 5.0,
+        };
+        recorder.apply(ProbeEvent::Completed(path("node-b"), slow));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(
+            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            Some(2.5e5)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("rdma_probe_target_bandwidth_bytes_per_second{B}")
+            ),
+            Some(7.5e5)
+        );
+        assert_eq!(sample(&text, &format!("rdma_probe_success{B}")), Some(0.0));
+    }
+
+    #[test]
+    fn paths_removed_by_a_reload_lose_every_series() {
+        let metrics = Metrics::new();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::Completed(
+            path("node-b"),
+            failure(ErrorReason::Timeout),
+        ));
+        recorder.apply(ProbeEvent::Completed(path("node-c"), success(2e9)));
+        recorder.apply(ProbeEvent::RetainPaths([path("node-c")].into()));
+        recorder.apply(ProbeEvent::ConfigLoaded {
+            ok: true,
+            at_unix_seconds: 9.0,
+        });
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains(r#"peer="node-b""#), "{text}");
+        assert!(text.contains(r#"peer="node-c""#), "{text}");
+        assert_eq!(sample(&text, "rdma_probe_config_reload_success"), Some(1.0));
+        assert!(!recorder
+            .snapshot()
+            .read()
+            .unwrap()
+            .contains_key(&path("node-b")));
+    }
+
+    /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
+    /// deferral) and prints the time and series count; asserts only that every path is there.
+    /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
+    #[test]
+    #[ignore = "benchmark: run by hand or from scripts/bench-metrics"]
+    fn render_1000_paths() {
+        let metrics = Metrics::new();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        for i in 0..1000 {
+            let p = PathLabels {
+                device: format!("mlx5_{}", i % 8),
+                peer: format!("node-{:04}", i / 8),
+                peer_device: format!("mlx5_{}", i % 8),
+            };
+            recorder.apply(ProbeEvent::Completed(p.clone(), success(1e9 + i as f64)));
+            recorder.apply(ProbeEvent::Completed(
+                p.clone(),
+                failure(ErrorReason::Timeout),
+            ));
+            recorder.apply(ProbeEvent::Completed(
+                p,
+                ProbeRecord {
+                    result: ProbeResult::Deferred {
+                        reason: DeferReason::Busy,
+                    },
+                    target_bytes_per_second: None,
+                    setup_seconds: None,
+                    at_unix_seconds: 1.0,
+                },
+            ));
+        }
+        let rounds = 20;
+        let started = std::time::Instant::now();
+        let mut text = String::new();
+        for _ in 0..rounds {
+            text = metrics.encode(Format::PrometheusText).unwrap();
+        }
+        let per_render = started.elapsed() / rounds;
+        let series = text.lines().filter(|l| !l.starts_with('#')).count();
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            text = metrics.encode(Format::OpenMetrics).unwrap();
+        }
+        let per_render_om = started.elapsed() / rounds;
+        println!(
+            "1000 paths: {series} series, {} KiB; render {:.2} ms (classic text), {:.2} ms (OpenMetrics)",
+            text.len() / 1024,
+            per_render.as_secs_f64() * 1e3,
+            per_render_om.as_secs_f64() * 1e3
+        );
+        assert_eq!(text.matches("rdma_probe_success{").count(), 1000);
+    }
+}

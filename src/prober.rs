@@ -216,34 +216,57 @@ pub async fn probe_once(settings: &ProbeSettings) -> ProbeOutcome {
 /// rebuild is setup (`new_session`, `setup_seconds`), never a link failure.
 pub struct WarmSession {
     settings: ProbeSettings,
+    /// The local device, opened once (by the caller, or at the first burst) and shared by every
+    /// session this builds.
+    ctx: Option<Context>,
     session: Option<Session>,
 }
 
 impl WarmSession {
+    /// Opens the device named in `settings` at the first burst.
     pub fn new(settings: ProbeSettings) -> Self {
         WarmSession {
             settings,
+            ctx: None,
             session: None,
         }
     }
 
-    /// Runs one burst, (re)building the session first when needed.
+    /// Uses a device the caller already opened (a device worker's).
+    pub fn with_context(ctx: Context, settings: ProbeSettings) -> Self {
+        WarmSession {
+            settings,
+            ctx: Some(ctx),
+            session: None,
+        }
+    }
+
+    /// Runs one burst as the settings describe it, (re)building the session first when needed.
     pub async fn burst(&mut self) -> ProbeOutcome {
+        let request = BurstRequest::from(&self.settings);
+        self.burst_with(&request).await
+    }
+
+    /// Runs one burst of `request` (e.g. paced now, unpaced for a capacity check later) on the
+    /// warm session, (re)building it first when needed.
+    pub async fn burst_with(&mut self, request: &BurstRequest) -> ProbeOutcome {
         let mut rebuilt_once = false;
         loop {
             let fresh = self.session.is_none();
-            let session = match &mut self.session {
-                Some(s) => s,
-                None => match Session::establish(&self.settings).await {
-                    Ok(s) => self.session.insert(s),
+            if fresh {
+                match self.establish().await {
+                    Ok(s) => self.session = Some(s),
                     Err(e) => {
                         let mut outcome = ProbeOutcome::failed(&self.settings, &e);
                         outcome.new_session = true;
                         return outcome;
                     }
-                },
+                }
+            }
+            let Some(session) = self.session.as_mut() else {
+                unreachable!("set above");
             };
-            let mut outcome = session.burst().await;
+            let mut outcome = session.burst_with(request).await;
             outcome.new_session = fresh;
             let closed_by_responder = session.closed_by_responder;
             if !session.is_usable() || closed_by_responder {
@@ -260,10 +283,42 @@ impl WarmSession {
         }
     }
 
+    async fn establish(&mut self) -> Result<Session, ProbeError> {
+        let ctx = match &self.ctx {
+            Some(ctx) => ctx.clone(),
+            None => {
+                // The local device first: a node without RDMA says so without touching the
+                // network.
+                let local = &self.settings.local;
+                let ctx = Context::open(local.device.as_deref(), local.port)?;
+                self.ctx.insert(ctx).clone()
+            }
+        };
+        Session::establish(ctx, &self.settings).await
+    }
+
     /// Says goodbye to the responder (best effort) and releases everything.
     pub async fn close(mut self) {
         if let Some(session) = self.session.take() {
             session.close().await;
+        }
+    }
+}
+
+/// What one burst of a warm session does; the session's shape (QPs, message size, tx depth,
+/// signaling) is fixed when it is set up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BurstRequest {
+    pub length: BurstLength,
+    /// `None` runs unpaced (a capacity check).
+    pub rate_limit: Option<RateLimit>,
+}
+
+impl From<&ProbeSettings> for BurstRequest {
+    fn from(settings: &ProbeSettings) -> Self {
+        BurstRequest {
+            length: settings.length,
+            rate_limit: settings.rate_limit,
         }
     }
 }
@@ -294,12 +349,21 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens the local device, connects and authenticates, and brings up the QPs with the
-    /// responder's. The whole setup is timed (`setup_seconds`).
-    pub async fn establish(settings: &ProbeSettings) -> Result<Session, ProbeError> {
+    /// Connects and authenticates, and brings up the QPs on `ctx` (the caller's open device)
+    /// with the responder's. The port is re-read first: its state, MTU, rate and LID may have
+    /// changed since the device was opened. The whole setup is timed (`setup_seconds`).
+    pub async fn establish(
+        mut ctx: Context,
+        settings: &ProbeSettings,
+    ) -> Result<Session, ProbeError> {
         let started = Instant::now();
-        // The local device first: a node without RDMA says so without touching the network.
-        let ctx = Context::open(settings.local.device.as_deref(), settings.local.port)?;
+        let state = ctx.refresh_port_info()?.state;
+        if !state.is_active() {
+            return Err(ProbeError::new(
+                ErrorReason::PortDown,
+                format!("{} port {} is {state:?}", ctx.device_name(), ctx.port()),
+            ));
+        }
         let path = PathOptions {
             mtu: settings.mtu,
             gid_index: settings.local.gid_index,
@@ -404,9 +468,15 @@ impl Session {
         }
     }
 
-    /// Runs one burst and reports it; on failure the outcome carries the reason and the
-    /// session is no longer usable.
+    /// Runs one burst as the settings describe it; see [`Session::burst_with`].
     pub async fn burst(&mut self) -> ProbeOutcome {
+        let request = BurstRequest::from(&self.settings);
+        self.burst_with(&request).await
+    }
+
+    /// Runs one burst of `request` and reports it; on failure the outcome carries the reason
+    /// and the session is no longer usable.
+    pub async fn burst_with(&mut self, request: &BurstRequest) -> ProbeOutcome {
         let mut outcome = ProbeOutcome {
             setup_seconds: Some(self.setup.as_secs_f64()),
             device: Some(self.device.clone()),
@@ -419,7 +489,7 @@ impl Session {
             ..ProbeOutcome::default()
         };
         let cpu_before = process_cpu_seconds();
-        if let Err(e) = self.run_burst(&mut outcome).await {
+        if let Err(e) = self.run_burst(request, &mut outcome).await {
             outcome.record_error(&e);
         }
         outcome.process_cpu_seconds = cpu_before
@@ -428,15 +498,19 @@ impl Session {
         outcome
     }
 
-    async fn run_burst(&mut self, outcome: &mut ProbeOutcome) -> Result<(), ProbeError> {
+    async fn run_burst(
+        &mut self,
+        request: &BurstRequest,
+        outcome: &mut ProbeOutcome,
+    ) -> Result<(), ProbeError> {
         let requested = Instant::now();
         let timeout = self.settings.timeout;
         let link = self.link_rate_bytes_per_second();
-        let rate = match &self.settings.rate_limit {
+        let rate = match &request.rate_limit {
             Some(limit) => Some(limit.resolve(self.settings.message_size, link)?),
             None => None,
         };
-        let mut builder = BurstPlan::builder(self.settings.message_size, self.settings.length)
+        let mut builder = BurstPlan::builder(self.settings.message_size, request.length)
             .tx_depth(self.settings.tx_depth)
             .qps(self.settings.qps)
             .post_list(self.settings.post_list)

@@ -96,12 +96,15 @@ case $LAB_NODE in
     echo "link (median of ib_write_bw rounds): $link Gb/s"
     lab_result link_gbps "$link"
     echo "== 2. pacing (ours), burst >= 3 s"
-    for limit in 10 20 40; do
-      msgs=$(awk -v m="$limit" 'BEGIN {printf "%d", m * 1e6 / 8 / 65536 * 4}')
-      ours "paced-$limit" --messages "$msgs" --rate-limit "${limit}Mbps"; set -- $RESULT
+    # At 10%, 25% and 50% of the link just measured (fixed limits would be most of a slow
+    # machine's link, where the link and not the pacer sets the rate).
+    for pct in 10 25 50; do
+      limit=$(awk -v l="$link" -v p="$pct" 'BEGIN {m = l * 1000 * p / 100; printf "%.1f", (m < 1 ? 1 : m)}')
+      msgs=$(awk -v m="$limit" 'BEGIN {n = int(m * 1e6 / 8 / 65536 * 4); print (n < 10 ? 10 : n)}')
+      ours "paced-$pct" --messages "$msgs" --rate-limit "${limit}Mbps"; set -- $RESULT
       err=$(awk -v a="$1" -v l="$limit" 'BEGIN {printf "%+.3f", (a * 1000 / l - 1) * 100}')
-      echo "limit $limit Mbps: achieved $(awk -v a="$1" 'BEGIN {printf "%.3f", a * 1000}') Mbps, error $err%"
-      lab_result "pacing_$limit" "achieved_gbps=$1 error_pct=$err"
+      echo "limit $limit Mbps ($pct% of the link): achieved $(awk -v a="$1" 'BEGIN {printf "%.3f", a * 1000}') Mbps, error $err%"
+      lab_result "pacing_$pct" "limit_mbps=$limit achieved_gbps=$1 error_pct=$err"
     done
     echo "== 3. warm session: request -> first WRITE (control round trip included)"
     rtt=$(ping -c 5 -i 0.2 -q "$peer" | awk -F/ '/^rtt/ {print $5}')

@@ -15,7 +15,7 @@ fn benchmark_prints_side_by_side_figures() {
     for key in [
         "bw_round_1",
         "pacing_10",
-        "pacing_40",
+        "pacing_50",
         "warm",
         "cpu_25",
         "cpu_50",

@@ -60,7 +60,7 @@ struct Server {
 async fn start() -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let metrics = Metrics::new();
+    let metrics = Metrics::for_exporter();
     let readiness = Readiness::default();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(http::serve(
@@ -179,7 +179,7 @@ async fn probe_families_of_many_paths_pass_promtool() {
     };
     use rdma_probe_exporter::reason::ErrorReason;
     let server = start().await;
-    let mut recorder = ProbeRecorder::new(server.metrics.probes.clone());
+    let mut recorder = ProbeRecorder::new(server.metrics.probes.clone().expect("exporter metrics"));
     let figures = BurstFigures {
         bytes: 1 << 20,
         messages: 16,

@@ -56,12 +56,23 @@ pub struct EncodeError;
 pub struct Metrics {
     registry: Arc<Registry>,
     pub responder: ResponderMetrics,
-    /// The exporter's probe families; written only by a [`probe::ProbeRecorder`].
-    pub probes: probe::ProbeFamilies,
+    /// The exporter's probe families (absent in a responder-only process, which probes
+    /// nothing); written only by a [`probe::ProbeRecorder`].
+    pub probes: Option<probe::ProbeFamilies>,
 }
 
 impl Metrics {
+    /// The responder's and the process's families.
     pub fn new() -> Self {
+        Self::build(false)
+    }
+
+    /// Also the probe families, for the exporter (`run`).
+    pub fn for_exporter() -> Self {
+        Self::build(true)
+    }
+
+    fn build(with_probes: bool) -> Self {
         let mut registry = Registry::default();
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
@@ -91,7 +102,7 @@ impl Metrics {
             "Messages whose data the responder checked at their own offset after a burst",
             responder.verified_messages.clone(),
         );
-        let probes = probe::ProbeFamilies::register(&mut registry);
+        let probes = with_probes.then(|| probe::ProbeFamilies::register(&mut registry));
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),

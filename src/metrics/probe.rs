@@ -553,8 +553,8 @@ mod tests {
 
     #[test]
     fn success_gauge_exists_from_the_first_attempt_and_stays_when_the_peer_is_down() {
-        let metrics = Metrics::new();
-        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         recorder.apply(ProbeEvent::Attempt(path("node-b")));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(sample(&text, &format!("rdma_probe_success{B}")), Some(0.0));
@@ -604,9 +604,19 @@ mod tests {
     }
 
     #[test]
+    fn a_responder_only_process_has_no_probe_families() {
+        let text = Metrics::new().encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains("rdma_probe_config_reload_success"), "{text}");
+        assert!(
+            !text.contains("rdma_probe_burst_duration_seconds"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn deferrals_are_counted_apart_from_failures() {
-        let metrics = Metrics::new();
-        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         let busy = ProbeRecord {
             result: ProbeResult::Deferred {
                 reason: DeferReason::Busy,
@@ -625,8 +635,8 @@ mod tests {
 
     #[test]
     fn a_failed_burst_with_figures_reports_what_completed() {
-        let metrics = Metrics::new();
-        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         let slow = ProbeRecord {
             result: ProbeResult::Failure {
                 reason: ErrorReason::Timeout,
@@ -655,8 +665,8 @@ mod tests {
 
     #[test]
     fn paths_removed_by_a_reload_lose_every_series() {
-        let metrics = Metrics::new();
-        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
         recorder.apply(ProbeEvent::Completed(
             path("node-b"),
@@ -685,8 +695,8 @@ mod tests {
     #[test]
     #[ignore = "benchmark: run by hand or from scripts/bench-metrics"]
     fn render_1000_paths() {
-        let metrics = Metrics::new();
-        let mut recorder = ProbeRecorder::new(metrics.probes.clone());
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         for i in 0..1000 {
             let p = PathLabels {
                 device: format!("mlx5_{}", i % 8),

@@ -715,20 +715,25 @@ async fn wait_closing_writes(
 /// than it has slots, else every slot (holding the last `slots` messages). Slot `k` of QP `q`
 /// holds the pattern of stream `q` at offset `k * slot_bytes`.
 fn check_regions(set: &QpSet, seed: u64, posted_per_qp: &[u64]) -> Verdict {
-    let slots = set.slots();
-    let size = set.slot_bytes();
+    let regions: Vec<&[u8]> = (0..set.qps.len()).map(|q| set.region(q)).collect();
+    check_slots(&regions, set.slot_bytes(), seed, posted_per_qp)
+}
+
+/// [`check_regions`] on plain memory: `regions[q]` is QP `q`'s slots.
+fn check_slots(regions: &[&[u8]], slot_bytes: u64, seed: u64, posted_per_qp: &[u64]) -> Verdict {
     let mut verified = 0;
-    for q in 0..set.qps.len() {
+    for (q, region) in regions.iter().enumerate() {
+        let slots = region.len() as u64 / slot_bytes.max(1);
         let posted = posted_per_qp.get(q).copied().unwrap_or(slots);
         let written = posted.min(slots);
-        let bytes = (written * size) as usize; // within the region, which fits in memory
-        if let Err(m) = pattern::verify(seed, q as u32, &set.region(q)[..bytes]) {
-            let slot = m.offset as u64 / size;
+        let bytes = (written * slot_bytes) as usize; // within the region, which is in memory
+        if let Err(m) = pattern::verify(seed, q as u32, &region[..bytes]) {
             return Verdict {
                 verified_messages: verified,
                 detail: Some(format!(
-                    "QP {q}, message slot {slot} (byte {} of the message): expected {:#04x}, found {:#04x}",
-                    m.offset as u64 % size,
+                    "QP {q}, message slot {} (byte {} of the message): expected {:#04x}, found {:#04x}",
+                    m.offset as u64 / slot_bytes,
+                    m.offset as u64 % slot_bytes,
                     m.expected,
                     m.found
                 )),
@@ -896,6 +901,56 @@ mod tests {
             traffic_class: 0,
             service_level: 0,
         }
+    }
+
+    /// What the responder's memory holds after a burst: the last write to each slot.
+    fn written(seed: u64, qp: u32, slots: usize, size: usize) -> Vec<u8> {
+        let mut region = vec![0u8; slots * size];
+        pattern::fill(seed, qp, &mut region);
+        region
+    }
+
+    #[test]
+    fn every_message_is_checked_at_its_own_offset() {
+        let (size, seed) = (4096usize, 42);
+        let good = written(seed, 0, 8, size);
+        let verdict = check_slots(&[&good], size as u64, seed, &[8]);
+        assert_eq!(
+            verdict,
+            Verdict {
+                verified_messages: 8,
+                detail: None
+            }
+        );
+        // One intermediate WRITE lost: its slot still holds the previous burst's data.
+        let mut lost = good.clone();
+        pattern::fill(seed - 1, 0, &mut lost[3 * size..4 * size]);
+        let verdict = check_slots(&[&lost], size as u64, seed, &[8]);
+        assert_eq!(verdict.verified_messages, 0);
+        let detail = verdict.detail.unwrap();
+        assert!(detail.contains("message slot 3"), "{detail}");
+        // A message written into the wrong slot does not verify either.
+        let mut misplaced = good.clone();
+        misplaced.copy_within(0..size, 5 * size);
+        assert!(check_slots(&[&misplaced], size as u64, seed, &[8])
+            .detail
+            .is_some());
+    }
+
+    #[test]
+    fn a_burst_longer_than_its_slots_is_checked_over_its_last_messages() {
+        let (size, seed) = (1024usize, 7);
+        let regions = [written(seed, 0, 4, size), written(seed, 1, 4, size)];
+        let views: Vec<&[u8]> = regions.iter().map(Vec::as_slice).collect();
+        // QP 0 posted 100 (the last 4 are checked), QP 1 only 2 (slots 2 and 3 never written).
+        let verdict = check_slots(&views, size as u64, seed, &[100, 2]);
+        assert_eq!(
+            verdict,
+            Verdict {
+                verified_messages: 6,
+                detail: None
+            }
+        );
     }
 
     #[test]

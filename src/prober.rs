@@ -216,9 +216,9 @@ pub async fn probe_once(settings: &ProbeSettings) -> ProbeOutcome {
 /// rebuild is setup (`new_session`, `setup_seconds`), never a link failure.
 pub struct WarmSession {
     settings: ProbeSettings,
-    /// The local device, opened once (by the caller, or at the first burst) and shared by every
-    /// session this builds.
-    ctx: Option<Context>,
+    /// The local device and its burst thread, opened once (by the caller, or at the first
+    /// burst) and shared by every session this builds.
+    device: Option<(Context, BurstWorker)>,
     session: Option<Session>,
 }
 
@@ -227,16 +227,16 @@ impl WarmSession {
     pub fn new(settings: ProbeSettings) -> Self {
         WarmSession {
             settings,
-            ctx: None,
+            device: None,
             session: None,
         }
     }
 
-    /// Uses a device the caller already opened (a device worker's).
-    pub fn with_context(ctx: Context, settings: ProbeSettings) -> Self {
+    /// Uses a device the caller already opened and its burst thread (a device worker's).
+    pub fn on_device(ctx: Context, worker: BurstWorker, settings: ProbeSettings) -> Self {
         WarmSession {
             settings,
-            ctx: Some(ctx),
+            device: Some((ctx, worker)),
             session: None,
         }
     }
@@ -284,17 +284,17 @@ impl WarmSession {
     }
 
     async fn establish(&mut self) -> Result<Session, ProbeError> {
-        let ctx = match &self.ctx {
-            Some(ctx) => ctx.clone(),
+        let (ctx, worker) = match &self.device {
+            Some(device) => device.clone(),
             None => {
                 // The local device first: a node without RDMA says so without touching the
                 // network.
                 let local = &self.settings.local;
                 let ctx = Context::open(local.device.as_deref(), local.port)?;
-                self.ctx.insert(ctx).clone()
+                self.device.insert((ctx, BurstWorker::start()?)).clone()
             }
         };
-        Session::establish(ctx, &self.settings).await
+        Session::establish(ctx, worker, &self.settings).await
     }
 
     /// Says goodbye to the responder (best effort) and releases everything.
@@ -354,6 +354,7 @@ impl Session {
     /// changed since the device was opened. The whole setup is timed (`setup_seconds`).
     pub async fn establish(
         mut ctx: Context,
+        worker: BurstWorker,
         settings: &ProbeSettings,
     ) -> Result<Session, ProbeError> {
         let started = Instant::now();
@@ -431,7 +432,6 @@ impl Session {
             accept.regions.iter().map(|r| r.len).min().unwrap_or(0) / settings.message_size;
         let slots = set.slots().min(granted).max(1);
         let (set, seed) = prepare_pattern(set).await?;
-        let worker = BurstWorker::start()?;
         let setup = started.elapsed();
         tracing::debug!(target = %settings.target, peer_device = %accept.device, mtu = mtu.bytes(),
             setup_ms = setup.as_secs_f64() * 1e3, "session established");
@@ -645,15 +645,23 @@ struct BurstJob {
 
 type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFailure>);
 
-/// The session's dedicated OS thread for bursts (a burst blocks: never on an async worker).
-/// Started once per session so a warm burst does not pay for a thread start; it ends when the
-/// session is dropped.
-struct BurstWorker {
+/// A device's dedicated OS thread for bursts (a burst blocks: never on an async worker). One per
+/// local device, shared (cloned) by every session on it: bursts of one device run one at a time
+/// by construction, and a warm burst does not pay for a thread start. The thread ends when the
+/// last clone is dropped.
+#[derive(Clone)]
+pub struct BurstWorker {
     jobs: std::sync::mpsc::Sender<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>,
 }
 
+impl std::fmt::Debug for BurstWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BurstWorker")
+    }
+}
+
 impl BurstWorker {
-    fn start() -> Result<BurstWorker, ProbeError> {
+    pub fn start() -> Result<BurstWorker, ProbeError> {
         let (jobs, queue) =
             std::sync::mpsc::channel::<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>();
         std::thread::Builder::new()

@@ -20,6 +20,8 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use super::PREFIX;
+use crate::burst::BurstReport;
+use crate::prober::ProbeOutcome;
 use crate::reason::ErrorReason;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -108,6 +110,53 @@ pub struct ProbeRecord {
     pub setup_seconds: Option<f64>,
     /// Unix time the probe ended.
     pub at_unix_seconds: f64,
+}
+
+impl From<&BurstReport> for BurstFigures {
+    fn from(r: &BurstReport) -> Self {
+        BurstFigures {
+            bytes: r.bytes,
+            messages: r.messages,
+            elapsed_seconds: r.elapsed.as_secs_f64(),
+            bandwidth_bytes_per_second: r.bandwidth_bytes_per_second,
+            min_window_bandwidth_bytes_per_second: r.min_window_bandwidth_bytes_per_second,
+            completion_gap_max_seconds: r.completion_gap_max.as_secs_f64(),
+            message_rate_per_second: r.message_rate_per_second,
+        }
+    }
+}
+
+impl ProbeRecord {
+    /// What a prober's outcome means for the metrics: a deferral (busy) is not a run; setup time
+    /// counts only when the session was (re)built for this burst.
+    pub fn from_outcome(outcome: &ProbeOutcome, at_unix_seconds: f64) -> Self {
+        let figures = outcome.report.as_ref().map(BurstFigures::from);
+        let result = match (&outcome.deferred, outcome.error, figures) {
+            (Some(_), _, _) => ProbeResult::Deferred {
+                reason: DeferReason::Busy,
+            },
+            (None, Some(reason), figures) => ProbeResult::Failure {
+                reason,
+                message: outcome.message.clone().unwrap_or_default(),
+                figures,
+            },
+            (None, None, Some(figures)) => ProbeResult::Success { figures },
+            (None, None, None) => ProbeResult::Failure {
+                reason: ErrorReason::WcOther,
+                message: "the probe ended without figures or an error".into(),
+                figures: None,
+            },
+        };
+        ProbeRecord {
+            result,
+            target_bytes_per_second: outcome.target_bandwidth_bytes_per_second,
+            setup_seconds: outcome
+                .new_session
+                .then_some(outcome.setup_seconds)
+                .flatten(),
+            at_unix_seconds,
+        }
+    }
 }
 
 /// What the recorder is told.
@@ -601,6 +650,63 @@ mod tests {
             state.last_error.as_ref().map(|e| e.0),
             Some(ErrorReason::Connect)
         );
+    }
+
+    #[test]
+    fn prober_outcomes_map_to_records() {
+        let report = BurstReport {
+            bytes: 1000,
+            messages: 10,
+            completions: 10,
+            elapsed: std::time::Duration::from_millis(500),
+            bandwidth_bytes_per_second: 2000.0,
+            message_rate_per_second: 20.0,
+            min_window_bandwidth_bytes_per_second: 1500.0,
+            window: std::time::Duration::from_millis(10),
+            completion_gap_max: std::time::Duration::from_millis(30),
+            cpu_seconds: None,
+            per_qp_bandwidth_min_bytes_per_second: None,
+        };
+        let ok = ProbeOutcome {
+            report: Some(report.clone()),
+            setup_seconds: Some(0.3),
+            new_session: false,
+            target_bandwidth_bytes_per_second: Some(4000.0),
+            ..ProbeOutcome::default()
+        };
+        let record = ProbeRecord::from_outcome(&ok, 1.0);
+        assert!(
+            matches!(record.result, ProbeResult::Success { figures } if figures.bandwidth_bytes_per_second == 2000.0 && figures.completion_gap_max_seconds == 0.03)
+        );
+        assert_eq!(record.setup_seconds, None, "a warm burst paid no setup");
+        let slow = ProbeOutcome {
+            report: Some(report),
+            error: Some(ErrorReason::Timeout),
+            message: Some("deadline".into()),
+            new_session: true,
+            setup_seconds: Some(0.3),
+            ..ProbeOutcome::default()
+        };
+        let record = ProbeRecord::from_outcome(&slow, 2.0);
+        assert!(matches!(
+            record.result,
+            ProbeResult::Failure {
+                reason: ErrorReason::Timeout,
+                figures: Some(_),
+                ..
+            }
+        ));
+        assert_eq!(record.setup_seconds, Some(0.3));
+        let busy = ProbeOutcome {
+            deferred: Some("busy".into()),
+            ..ProbeOutcome::default()
+        };
+        assert!(matches!(
+            ProbeRecord::from_outcome(&busy, 3.0).result,
+            ProbeResult::Deferred {
+                reason: DeferReason::Busy
+            }
+        ));
     }
 
     #[test]

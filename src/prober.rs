@@ -253,26 +253,24 @@ impl WarmSession {
         let mut rebuilt_once = false;
         loop {
             let fresh = self.session.is_none();
-            if fresh {
-                match self.establish().await {
-                    Ok(s) => self.session = Some(s),
+            let mut session = match self.session.take() {
+                Some(s) => s,
+                None => match self.establish().await {
+                    Ok(s) => s,
                     Err(e) => {
                         let mut outcome = ProbeOutcome::failed(&self.settings, &e);
                         outcome.new_session = true;
                         return outcome;
                     }
-                }
-            }
-            let Some(session) = self.session.as_mut() else {
-                unreachable!("set above");
+                },
             };
             let mut outcome = session.burst_with(request).await;
             outcome.new_session = fresh;
             let closed_by_responder = session.closed_by_responder;
-            if !session.is_usable() || closed_by_responder {
-                if let Some(old) = self.session.take() {
-                    old.close().await;
-                }
+            if session.is_usable() && !closed_by_responder {
+                self.session = Some(session); // warm for the next burst
+            } else {
+                session.close().await;
             }
             if closed_by_responder && !fresh && !rebuilt_once {
                 tracing::debug!(target = %self.settings.target, "the responder closed the idle session: rebuilding");

@@ -227,3 +227,59 @@ async fn probe_families_of_many_paths_pass_promtool() {
     promtool::assert_promtool_accepts(&text.body);
     let _ = server.stop.send(());
 }
+
+#[tokio::test]
+async fn the_status_page_lists_every_probed_path() {
+    use rdma_probe_exporter::metrics::probe::{
+        PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
+    };
+    use rdma_probe_exporter::reason::ErrorReason;
+    let metrics = Metrics::for_exporter();
+    let mut recorder = ProbeRecorder::new(metrics.probes.clone().expect("exporter metrics"));
+    let path = PathLabels {
+        device: "rxe0".into(),
+        peer: "node-<b>".into(),
+        peer_device: "rxe0".into(),
+    };
+    recorder.apply(ProbeEvent::Completed(
+        path,
+        ProbeRecord {
+            result: ProbeResult::Failure {
+                reason: ErrorReason::Connect,
+                message: "connection refused".into(),
+                figures: None,
+            },
+            target_bytes_per_second: None,
+            setup_seconds: None,
+            at_unix_seconds: 1.7e9,
+        },
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(http::serve_with_status(
+        listener,
+        metrics,
+        Readiness::default(),
+        Some(recorder.snapshot()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let page = get(addr, "/", None).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.content_type.starts_with("text/html"),
+        "{}",
+        page.content_type
+    );
+    assert!(page.body.contains("1 paths, 1 failing"), "{}", page.body);
+    assert!(page.body.contains("node-&lt;b&gt;"), "{}", page.body);
+    assert!(
+        page.body.contains("connect: connection refused"),
+        "{}",
+        page.body
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}

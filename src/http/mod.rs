@@ -1,6 +1,9 @@
 //! The admin HTTP server: `/metrics` for Prometheus, `/healthz` (the process answers) and
-//! `/readyz` (it can serve probes) for Kubernetes, and a short index at `/`. Read-only: nothing
-//! here changes what the exporter does.
+//! `/readyz` (it can serve probes) for Kubernetes, and at `/` a short index, or in the exporter
+//! the status page of every probed path ([`status`]). Read-only: nothing here changes what the
+//! exporter does.
+
+pub mod status;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +17,7 @@ use axum::Router;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
+use crate::metrics::probe::PathSnapshot;
 use crate::metrics::{Format, Metrics};
 
 #[derive(Debug, Error)]
@@ -39,6 +43,8 @@ impl Readiness {
 struct AppState {
     metrics: Metrics,
     readiness: Readiness,
+    /// The exporter's path table, for the status page; `None` in a responder-only process.
+    paths: Option<PathSnapshot>,
 }
 
 /// Serves the admin endpoints on `listener` until `shutdown` completes, then finishes the
@@ -49,10 +55,26 @@ pub async fn serve(
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
+    serve_with_status(listener, metrics, readiness, None, shutdown).await
+}
+
+/// [`serve`], with the status page of `paths` at `/`.
+pub async fn serve_with_status(
+    listener: TcpListener,
+    metrics: Metrics,
+    readiness: Readiness,
+    paths: Option<PathSnapshot>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics");
     }
-    axum::serve(listener, router(AppState { metrics, readiness }))
+    let state = AppState {
+        metrics,
+        readiness,
+        paths,
+    };
+    axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(HttpError)
@@ -85,20 +107,33 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the RDMA device is not open yet\n",
+            "not ready: the RDMA device is not open or its port is not ACTIVE\n",
         )
     }
 }
 
-async fn index() -> Html<&'static str> {
-    Html(concat!(
-        "<!doctype html><title>rdma-probe-exporter</title>",
-        "<h1>rdma-probe-exporter ",
-        env!("CARGO_PKG_VERSION"),
-        "</h1><ul>",
-        "<li><a href=\"/metrics\">/metrics</a>: for Prometheus</li>",
-        "<li><a href=\"/healthz\">/healthz</a>: the process answers</li>",
-        "<li><a href=\"/readyz\">/readyz</a>: the RDMA device is open</li>",
-        "</ul>\n"
-    ))
+async fn index(State(state): State<AppState>) -> Html<String> {
+    let Some(paths) = &state.paths else {
+        return Html(INDEX.to_string());
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let table = paths
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    Html(status::render(&table, now))
 }
+
+/// The index of a process that probes nothing (the responder).
+const INDEX: &str = concat!(
+    "<!doctype html><title>rdma-probe-exporter</title>",
+    "<h1>rdma-probe-exporter ",
+    env!("CARGO_PKG_VERSION"),
+    "</h1><ul>",
+    "<li><a href=\"/metrics\">/metrics</a>: for Prometheus</li>",
+    "<li><a href=\"/healthz\">/healthz</a>: the process answers</li>",
+    "<li><a href=\"/readyz\">/readyz</a>: the RDMA device is open</li>",
+    "</ul>\n"
+);

@@ -9,6 +9,7 @@ pub mod burst;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod exporter;
 pub mod http;
 pub mod metrics;
 pub mod prober;

@@ -5,6 +5,8 @@
 //! handshake never reads as a slow link, and the session stays warm: a later burst costs its data,
 //! not a handshake (docs/architecture.md, "One probe, end to end").
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -47,6 +49,9 @@ pub struct ProbeSettings {
     /// This node's name, sent in the handshake for the responder's logs and metrics.
     pub node_name: String,
     pub local: LocalPort,
+    /// Rail to ask the responder for (it answers with its device on that rail); `None` lets it
+    /// pick its first device.
+    pub rail: Option<u16>,
     pub message_size: u64,
     pub length: BurstLength,
     /// `None` runs unpaced (a capacity check).
@@ -650,6 +655,9 @@ type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFailure>);
 #[derive(Clone)]
 pub struct BurstWorker {
     jobs: std::sync::mpsc::Sender<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>,
+    /// Set at shutdown: the running burst ends at its next check (within ~100 ms), and every
+    /// later one fails at once.
+    stop: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for BurstWorker {
@@ -662,6 +670,8 @@ impl BurstWorker {
     pub fn start() -> Result<BurstWorker, ProbeError> {
         let (jobs, queue) =
             std::sync::mpsc::channel::<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("rdma-burst".into())
             .spawn(move || {
@@ -677,12 +687,19 @@ impl BurstWorker {
                         &job.plan,
                         job.imm,
                         job.timeout,
+                        &stop_flag,
                     );
                     let _ = reply.send((job.set, result));
                 }
             })
             .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
-        Ok(BurstWorker { jobs })
+        Ok(BurstWorker { jobs, stop })
+    }
+
+    /// Ends the running burst of this device (and fails every later one at once): for a
+    /// shutdown that must not wait out a long or stalled burst.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 
     async fn run(&self, job: BurstJob) -> Result<BurstDone, ProbeError> {

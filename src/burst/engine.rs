@@ -18,6 +18,7 @@
 //! Every QP's last WRITE carries an immediate value (the burst id): RC orders it after the QP's
 //! other writes, so once the responder sees it, the QP's data has landed and can be verified.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -55,6 +56,9 @@ pub enum EngineError {
     Window(#[from] WindowError),
     #[error("burst setup: {0}")]
     Setup(String),
+    /// The process is shutting down: the burst was cut short on purpose.
+    #[error("burst stopped: the exporter is shutting down")]
+    Stopped,
 }
 
 impl EngineError {
@@ -62,7 +66,7 @@ impl EngineError {
         match self {
             EngineError::Verbs(e) => e.reason(),
             EngineError::Stalled(_) | EngineError::Deadline(_) => ErrorReason::Timeout,
-            EngineError::Window(_) => ErrorReason::WcOther,
+            EngineError::Window(_) | EngineError::Stopped => ErrorReason::WcOther,
             EngineError::Setup(_) => ErrorReason::QpSetup,
         }
     }
@@ -120,15 +124,18 @@ pub struct BurstTiming {
 }
 
 /// Runs one burst. `imm` is the immediate value of each QP's final WRITE; `timeout` bounds a
-/// stall, and with the planned length the whole burst (see [`BurstRun`]).
+/// stall, and with the planned length the whole burst (see [`BurstRun`]). Setting `stop` ends
+/// the burst at its next check (at most [`MAX_BLOCK`] later) with [`EngineError::Stopped`].
 pub fn run_burst(
     targets: BurstTargets<'_>,
     plan: &BurstPlan,
     imm: u32,
     timeout: Duration,
+    stop: &AtomicBool,
 ) -> Result<(BurstReport, BurstTiming), BurstFailure> {
     check_targets(&targets, plan)?;
     let mut engine = Engine {
+        stop,
         run: BurstRun::new(plan, targets.slots, timeout),
         targets,
         message_size: plan.message_size(),
@@ -185,6 +192,7 @@ fn check_targets(targets: &BurstTargets<'_>, plan: &BurstPlan) -> Result<(), Eng
 
 /// The I/O side of one burst: the clock, the verbs calls, and the buffers they use.
 struct Engine<'a> {
+    stop: &'a AtomicBool,
     run: BurstRun,
     targets: BurstTargets<'a>,
     message_size: u64,
@@ -205,6 +213,9 @@ impl Engine<'_> {
     /// Posts, reaps and waits until the burst is done or abandoned.
     fn drive(&mut self) -> Result<(), EngineError> {
         loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(EngineError::Stopped);
+            }
             self.run.check(self.now())?;
             let posted = self.post_round()?;
             let reaped = self.reap()?;

@@ -87,6 +87,17 @@ Examples:
 Exit status 0 if the file is valid (the resolved config is printed on stdout), 1 if not (the
 first error, with its file, line, column and field, is printed on stderr).";
 
+const RUN_EXAMPLES: &str = "\
+Examples:
+  NODE_NAME=gpu-a01 rdma-probe-exporter run --config /etc/rdma-probe/config.yaml
+  curl -s localhost:9587/metrics | grep '^rdma_probe_success'
+  curl -s -X POST localhost:9587/-/reload        # or: kill -HUP <pid>
+
+Check a file first with `check-config`. The exporter reloads the file by itself when its content
+changes (also a Kubernetes ConfigMap update); a file that does not load is refused, the previous
+config keeps running and rdma_probe_config_reload_success drops to 0. SIGTERM ends the running
+burst within 2 s, closes every session and exits 0.";
+
 fn styles() -> Styles {
     Styles::styled()
         .header(AnsiColor::Yellow.on_default().bold())
@@ -140,6 +151,16 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the exporter: probe every configured peer on a schedule and export the results.
+    ///
+    /// Reads the YAML config (see `check-config`), opens the configured RDMA devices (default:
+    /// every device with an ACTIVE port), serves other nodes' probes on the control port, probes
+    /// every (local device, peer) path on the peer's device of the same rail with short paced
+    /// RDMA WRITE bursts, and serves /metrics, /healthz, /readyz, POST /-/reload and a status
+    /// page at / on the metrics address. Runs until SIGTERM/SIGINT; SIGHUP reloads the config.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+
     /// Serve probe sessions from other nodes (runs until SIGTERM/SIGINT).
     ///
     /// Accepts authenticated sessions on a TCP control port, sets up a memory region and RC QPs
@@ -579,6 +600,14 @@ pub struct DevicesArgs {
     pub json: bool,
 }
 
+/// `run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The config file (YAML); reloaded when it changes, on SIGHUP and on POST /-/reload.
+    #[arg(long, short = 'c', value_name = "FILE", env = "RDMA_PROBE_CONFIG")]
+    pub config: PathBuf,
+}
+
 /// `check-config` arguments.
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
@@ -602,6 +631,7 @@ pub struct Logging {
 /// command itself, so a bad file is its failure, exit 1, not a usage error).
 #[derive(Debug)]
 pub enum Action {
+    Run { config: PathBuf },
     Responder(ResponderAction),
     Probe(ProbeAction),
     Devices { json: bool },
@@ -642,6 +672,9 @@ impl Cli {
             Command::Probe(args) => Action::Probe(args.into_action()?),
             Command::Devices(args) => Action::Devices { json: args.json },
             Command::CheckConfig(args) => Action::CheckConfig(args.file),
+            Command::Run(args) => Action::Run {
+                config: args.config,
+            },
         };
         Ok((logging, action))
     }
@@ -710,6 +743,7 @@ impl ProbeArgs {
                 target: self.target,
                 node_name,
                 local: self.local.into_local_port(),
+                rail: None,
                 message_size,
                 length,
                 rate_limit: self.rate_limit,

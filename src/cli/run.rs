@@ -17,7 +17,7 @@ use super::report::{self, ReportHeader};
 use crate::config::Config;
 use crate::http::{self, Readiness};
 use crate::metrics::Metrics;
-use crate::{prober, responder, verbs};
+use crate::{exporter, prober, responder, verbs};
 
 /// Installs the global tracing subscriber: stderr, text (colored only on a terminal) or JSON
 /// lines, filtered by `--log-level` / `RUST_LOG`.
@@ -45,7 +45,56 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
         Action::Probe(action) => run_probe(action).await,
         Action::Devices { json } => run_devices(json),
         Action::CheckConfig(file) => run_check_config(&file),
+        Action::Run { config } => run_exporter(config).await,
     }
+}
+
+/// `run`: the exporter, until SIGTERM/SIGINT; SIGHUP reloads the config.
+async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let config = Config::load(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listen = *config.listen();
+    let listeners = exporter::Listeners {
+        metrics: TcpListener::bind(listen.metrics).await.with_context(|| {
+            format!(
+                "cannot listen on {} (listen.metrics in the config)",
+                listen.metrics
+            )
+        })?,
+        control: TcpListener::bind(listen.control).await.with_context(|| {
+            format!(
+                "cannot listen on {} (listen.control in the config)",
+                listen.control
+            )
+        })?,
+    };
+    let (reload_tx, reload_rx) = exporter::reload_channel();
+    let hangups = reload_tx.clone();
+    let on_hangup = tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config");
+            if hangups
+                .send(exporter::ReloadRequest { reply: None })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let result = exporter::run(
+        config_path,
+        config,
+        listeners,
+        (reload_tx, reload_rx),
+        shutdown,
+    )
+    .await;
+    on_hangup.abort();
+    result.context("exporter failed")?;
+    tracing::info!("exporter stopped");
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {

@@ -12,10 +12,13 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::exporter::ReloadRequest;
 
 use crate::metrics::probe::PathSnapshot;
 use crate::metrics::{Format, Metrics};
@@ -45,7 +48,19 @@ struct AppState {
     readiness: Readiness,
     /// The exporter's path table, for the status page; `None` in a responder-only process.
     paths: Option<PathSnapshot>,
+    /// Where `POST /-/reload` goes; `None` in a responder-only process.
+    reload: Option<mpsc::Sender<ReloadRequest>>,
 }
+
+/// What only the exporter serves: the status page's path table, and reloads.
+#[derive(Debug, Clone)]
+pub struct ExporterPages {
+    pub paths: PathSnapshot,
+    pub reload: mpsc::Sender<ReloadRequest>,
+}
+
+/// How long `POST /-/reload` waits for the exporter to take the new file.
+const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves the admin endpoints on `listener` until `shutdown` completes, then finishes the
 /// requests in flight and returns.
@@ -73,7 +88,36 @@ pub async fn serve_with_status(
         metrics,
         readiness,
         paths,
+        reload: None,
     };
+    serve_state(listener, state, shutdown).await
+}
+
+/// The exporter's admin server: also the status page and `POST /-/reload`.
+pub async fn serve_exporter(
+    listener: TcpListener,
+    metrics: Metrics,
+    readiness: Readiness,
+    pages: ExporterPages,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics and the status page");
+    }
+    let state = AppState {
+        metrics,
+        readiness,
+        paths: Some(pages.paths),
+        reload: Some(pages.reload),
+    };
+    serve_state(listener, state, shutdown).await
+}
+
+async fn serve_state(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
@@ -86,7 +130,50 @@ fn router(state: AppState) -> Router {
         .route("/metrics", get(scrape))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/-/reload", post(reload).get(reload_needs_post))
         .with_state(state)
+}
+
+/// `POST /-/reload`: 200 when the exporter took the file, 400 with the error when it kept the
+/// old config (as Prometheus answers its own reload endpoint).
+async fn reload(State(state): State<AppState>) -> (StatusCode, String) {
+    let Some(reload) = &state.reload else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this process has no config to reload\n".into(),
+        );
+    };
+    let (reply, answer) = oneshot::channel();
+    if reload
+        .send(ReloadRequest { reply: Some(reply) })
+        .await
+        .is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
+    }
+    match tokio::time::timeout(RELOAD_WAIT, answer).await {
+        Ok(Ok(Ok(()))) => (StatusCode::OK, "config reloaded\n".into()),
+        Ok(Ok(Err(e))) => (
+            StatusCode::BAD_REQUEST,
+            format!("config not reloaded (the previous config keeps running): {e}\n"),
+        ),
+        Ok(Err(_)) | Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the reload did not complete\n".into(),
+        ),
+    }
+}
+
+async fn reload_needs_post() -> (
+    StatusCode,
+    [(header::HeaderName, &'static str); 1],
+    &'static str,
+) {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        "use POST to reload the config\n",
+    )
 }
 
 async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {

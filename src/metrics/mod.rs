@@ -72,8 +72,21 @@ impl Metrics {
         Self::build(true)
     }
 
+    /// The exporter's registry and the recorder that owns its probe families.
+    pub fn with_recorder() -> (Self, probe::ProbeRecorder) {
+        let mut registry = Registry::default();
+        let families = probe::ProbeFamilies::register(&mut registry);
+        let metrics = Self::build_into(registry, Some(families.clone()));
+        (metrics, probe::ProbeRecorder::new(families))
+    }
+
     fn build(with_probes: bool) -> Self {
         let mut registry = Registry::default();
+        let probes = with_probes.then(|| probe::ProbeFamilies::register(&mut registry));
+        Self::build_into(registry, probes)
+    }
+
+    fn build_into(mut registry: Registry, probes: Option<probe::ProbeFamilies>) -> Self {
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -102,7 +115,6 @@ impl Metrics {
             "Messages whose data the responder checked at their own offset after a burst",
             responder.verified_messages.clone(),
         );
-        let probes = with_probes.then(|| probe::ProbeFamilies::register(&mut registry));
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),

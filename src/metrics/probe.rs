@@ -170,6 +170,36 @@ pub enum ProbeEvent {
     RetainPaths(BTreeSet<PathLabels>),
     /// A config (re)load: whether it succeeded, and when.
     ConfigLoaded { ok: bool, at_unix_seconds: f64 },
+    /// A probe of this path was held back (not a failure, not a run).
+    Deferred(PathLabels, DeferReason),
+    /// After a (re)load: the node's and the peers' static labels.
+    Info(InfoLabels),
+    /// A local device's scheduling figures (docs/schedule.md, "Metrics").
+    Schedule(DeviceScheduleFigures),
+}
+
+/// Label sets of the info metrics: `node` plus this node's static labels, and `peer` plus each
+/// peer's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InfoLabels {
+    pub node: Vec<(String, String)>,
+    pub peers: Vec<Vec<(String, String)>>,
+}
+
+/// What the scheduler says about one local device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceScheduleFigures {
+    pub device: String,
+    pub paths: u64,
+    pub duty_cycle_used: f64,
+    pub duty_cycle_budget: f64,
+    pub demand: f64,
+    pub stretch: f64,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
 }
 
 /// The last state of one path, for the status page.
@@ -206,6 +236,13 @@ pub struct ProbeFamilies {
     burst_duration: Histogram,
     reload_success: Gauge,
     last_reload: FloatGauge,
+    node_info: Family<Vec<(String, String)>, Gauge>,
+    peer_info: Family<Vec<(String, String)>, Gauge>,
+    schedule_paths: Family<DeviceLabels, Gauge>,
+    duty_cycle: Family<DeviceLabels, FloatGauge>,
+    duty_cycle_budget: FloatGauge,
+    demand: Family<DeviceLabels, FloatGauge>,
+    stretch: Family<DeviceLabels, FloatGauge>,
 }
 
 impl ProbeFamilies {
@@ -228,6 +265,13 @@ impl ProbeFamilies {
             burst_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             reload_success: Gauge::default(),
             last_reload: FloatGauge::default(),
+            node_info: Family::default(),
+            peer_info: Family::default(),
+            schedule_paths: Family::default(),
+            duty_cycle: Family::default(),
+            duty_cycle_budget: FloatGauge::default(),
+            demand: Family::default(),
+            stretch: Family::default(),
         };
         let f = &families;
         macro_rules! add {
@@ -304,8 +348,43 @@ impl ProbeFamilies {
         );
         add!(
             "config_last_reload_timestamp_seconds",
-            "Unix time of the last config (re)load attempt",
+            "Unix time of the last successful config (re)load",
             f.last_reload.clone()
+        );
+        add!(
+            "node_info",
+            "This node's static labels from the config; always 1",
+            f.node_info.clone()
+        );
+        add!(
+            "peer_info",
+            "Each configured peer's static labels; always 1",
+            f.peer_info.clone()
+        );
+        add!(
+            "schedule_paths",
+            "Paths probed from this local device",
+            f.schedule_paths.clone()
+        );
+        add!(
+            "schedule_duty_cycle_ratio",
+            "Share of the last 10 minutes this device spent bursting",
+            f.duty_cycle.clone()
+        );
+        add!(
+            "schedule_duty_cycle_budget_ratio",
+            "Most share of wall time a device may spend bursting",
+            f.duty_cycle_budget.clone()
+        );
+        add!(
+            "schedule_demand_ratio",
+            "Share of time this device's paths want at their configured intervals",
+            f.demand.clone()
+        );
+        add!(
+            "schedule_interval_stretch_ratio",
+            "1 when the device's paths fit its budget, else how much longer every interval is",
+            f.stretch.clone()
         );
         families
     }
@@ -359,9 +438,50 @@ impl ProbeRecorder {
                 at_unix_seconds,
             } => {
                 self.families.reload_success.set(i64::from(ok));
-                self.families.last_reload.set(at_unix_seconds);
+                if ok {
+                    self.families.last_reload.set(at_unix_seconds);
+                }
             }
+            ProbeEvent::Deferred(path, reason) => self.on_deferred(path, reason),
+            ProbeEvent::Info(info) => self.on_info(info),
+            ProbeEvent::Schedule(figures) => self.on_schedule(figures),
         }
+    }
+
+    fn on_deferred(&mut self, path: PathLabels, reason: DeferReason) {
+        self.on_attempt(path.clone());
+        let reason = reason.as_str();
+        self.families
+            .deferred
+            .get_or_create(&reason_labels(&path, reason))
+            .inc();
+        self.series.entry(path).or_default().deferred.insert(reason);
+    }
+
+    fn on_info(&mut self, info: InfoLabels) {
+        let f = &self.families;
+        f.node_info.clear();
+        f.node_info.get_or_create(&info.node).set(1);
+        f.peer_info.clear();
+        for peer in &info.peers {
+            f.peer_info.get_or_create(peer).set(1);
+        }
+    }
+
+    fn on_schedule(&mut self, figures: DeviceScheduleFigures) {
+        let f = &self.families;
+        let device = DeviceLabels {
+            device: figures.device,
+        };
+        f.schedule_paths
+            .get_or_create(&device)
+            .set(i64::try_from(figures.paths).unwrap_or(i64::MAX));
+        f.duty_cycle
+            .get_or_create(&device)
+            .set(figures.duty_cycle_used);
+        f.duty_cycle_budget.set(figures.duty_cycle_budget);
+        f.demand.get_or_create(&device).set(figures.demand);
+        f.stretch.get_or_create(&device).set(figures.stretch);
     }
 
     fn on_attempt(&mut self, path: PathLabels) {

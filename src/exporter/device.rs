@@ -1,0 +1,150 @@
+//! One worker per local device: it owns the device context, the device's burst thread and the
+//! warm sessions of the device's paths, and runs the probes the service hands it, one at a time
+//! (docs/architecture.md, "The exporter").
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+
+use super::paths::PathSpec;
+use crate::config::Device;
+use crate::prober::{BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession};
+use crate::schedule::PathKey;
+use crate::verbs::Context;
+
+/// How long closing the warm sessions may take at shutdown (a `Close` to each responder, best
+/// effort): a dead peer must not hold the exit.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// What the service asks of a device worker.
+#[derive(Debug)]
+pub enum DeviceCommand {
+    /// Probe this path once with this burst.
+    Probe {
+        spec: Box<PathSpec>,
+        request: BurstRequest,
+    },
+    /// After a reload: the device's paths are now these; close the sessions of the others and
+    /// of those whose shape changed.
+    Retain(Vec<PathSpec>),
+}
+
+/// A probe that ended (succeeded, failed or was deferred).
+#[derive(Debug)]
+pub struct ProbeFinished {
+    pub key: PathKey,
+    pub outcome: ProbeOutcome,
+    pub at: SystemTime,
+}
+
+/// The local device, opened, and its burst thread.
+pub struct DeviceWorker {
+    ctx: Context,
+    burst: BurstWorker,
+    sessions: BTreeMap<PathKey, (PathSpec, WarmSession)>,
+}
+
+impl DeviceWorker {
+    /// Opens the device and its port (and checks a configured GID index), and starts its burst
+    /// thread.
+    pub fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
+        let ctx = Context::open(Some(&device.name), device.port)?;
+        if let Some(index) = device.gid_index.index() {
+            ctx.gid(index)?;
+        }
+        Ok(DeviceWorker {
+            ctx,
+            burst: BurstWorker::start()?,
+            sessions: BTreeMap::new(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        self.ctx.device_name()
+    }
+
+    /// Runs commands until `stop` turns true or the service drops its sender; then ends the
+    /// running burst (within ~100 ms), closes every session and releases the device.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<DeviceCommand>,
+        finished: mpsc::Sender<ProbeFinished>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let command = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                command = commands.recv() => match command {
+                    Some(c) => c,
+                    None => break,
+                },
+            };
+            match command {
+                DeviceCommand::Probe { spec, request } => {
+                    let key = spec.key.clone();
+                    let outcome = tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => break,
+                        outcome = self.probe(*spec, &request) => outcome,
+                    };
+                    let done = ProbeFinished {
+                        key,
+                        outcome,
+                        at: SystemTime::now(),
+                    };
+                    if finished.send(done).await.is_err() {
+                        break;
+                    }
+                }
+                DeviceCommand::Retain(specs) => self.retain(specs).await,
+            }
+        }
+        self.shut_down().await;
+    }
+
+    async fn probe(&mut self, spec: PathSpec, request: &BurstRequest) -> ProbeOutcome {
+        let key = spec.key.clone();
+        let (_, warm) = self.sessions.entry(key).or_insert_with(|| {
+            let warm =
+                WarmSession::on_device(self.ctx.clone(), self.burst.clone(), spec.settings.clone());
+            (spec, warm)
+        });
+        warm.burst_with(request).await
+    }
+
+    async fn retain(&mut self, specs: Vec<PathSpec>) {
+        let wanted: BTreeMap<PathKey, PathSpec> =
+            specs.into_iter().map(|s| (s.key.clone(), s)).collect();
+        let stale: Vec<PathKey> = self
+            .sessions
+            .iter()
+            .filter(|(key, (spec, _))| wanted.get(*key).is_none_or(|new| !spec.same_session(new)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in stale {
+            if let Some((_, warm)) = self.sessions.remove(&key) {
+                tracing::debug!(path = %key, "closing the session of a path the reload changed or removed");
+                warm.close().await;
+            }
+        }
+    }
+
+    async fn shut_down(mut self) {
+        self.burst.stop();
+        let sessions = std::mem::take(&mut self.sessions);
+        let close_all = async {
+            for (_, (_, warm)) in sessions {
+                warm.close().await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_GRACE, close_all).await.is_err() {
+            tracing::debug!(
+                device = self.name(),
+                "sessions not closed in time: dropping them"
+            );
+        }
+        tracing::debug!(device = self.name(), "device worker stopped");
+    }
+}

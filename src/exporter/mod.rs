@@ -1,0 +1,249 @@
+//! The exporter (`run --config`): probes every configured path on its schedule, serves probe
+//! sessions for the other nodes, and exports the results on `/metrics`.
+//!
+//! Tasks and threads (docs/architecture.md, "The exporter"):
+//! - the **service loop** ([`service::Service`]) owns the scheduler, the path table and the
+//!   running config; it dispatches due probes to the device workers, takes their results, and
+//!   applies reloads;
+//! - one **device worker** per local device ([`device::DeviceWorker`]) owns the device context,
+//!   the device's burst thread and the warm sessions of its paths;
+//! - the **recorder** ([`crate::metrics::probe::ProbeRecorder`]) owns the probe metric families;
+//!   the service loop feeds it over a bounded channel, so a scrape never waits on a burst;
+//! - the **responder** serves the other nodes' probes on the same devices;
+//! - the **admin HTTP server** serves `/metrics`, `/healthz`, `/readyz`, `POST /-/reload` and
+//!   the status page;
+//! - a **file watcher** asks for a reload when the config file's content changes (also when a
+//!   Kubernetes ConfigMap swaps its symlink).
+
+pub mod device;
+pub mod paths;
+pub mod service;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch as signal};
+
+use crate::config::{Config, Device, Devices, GidIndex};
+use crate::control::{AuthMode, PskError};
+use crate::http::{self, ExporterPages, Readiness};
+use crate::metrics::Metrics;
+use crate::prober::ProbeError;
+use crate::responder::{self, ResponderSettings};
+use crate::schedule::{seed_from_name, ScheduleConfig, Scheduler};
+use crate::verbs::VerbsError;
+
+pub use service::{ReloadRequest, UNKNOWN_PEER_DEVICE};
+
+/// Results and events in flight between tasks: bounded, so a stuck consumer slows the loop
+/// instead of growing memory.
+const EVENT_QUEUE: usize = 1024;
+const COMMAND_QUEUE: usize = 16;
+
+/// How long the device workers may take to end their bursts and close their sessions at
+/// shutdown before the exporter leaves anyway.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Responder limits of the exporter (the `responder` command's defaults).
+const MAX_SESSIONS: usize = 16;
+const MAX_PINNED_BYTES: u64 = 1 << 30;
+const MAX_HANDSHAKES: usize = 8;
+const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why the exporter could not start.
+#[derive(Debug, Error)]
+pub enum ExporterError {
+    #[error("reading the pre-shared key: {0}")]
+    Psk(#[from] PskError),
+    #[error("listing RDMA devices: {0}")]
+    Devices(#[from] VerbsError),
+    #[error("no RDMA device with an ACTIVE port{excluded} (devices: all active in the config)")]
+    NoActiveDevice { excluded: String },
+    #[error("opening device {device}: {error}")]
+    OpenDevice { device: String, error: ProbeError },
+    #[error("the scheduler refused the config: {0}")]
+    Schedule(String),
+    #[error(transparent)]
+    Responder(#[from] responder::ResponderError),
+}
+
+/// The two listeners the exporter serves on, bound by the caller (so a port in use is reported
+/// against the flag or field that named it).
+pub struct Listeners {
+    pub metrics: TcpListener,
+    pub control: TcpListener,
+}
+
+/// Where reload requests come from besides the file watcher (SIGHUP, `POST /-/reload`).
+pub fn reload_channel() -> (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>) {
+    mpsc::channel(4)
+}
+
+/// Runs the exporter until `shutdown` resolves; then ends the running bursts (within
+/// [`STOP_GRACE`]), closes every session, releases every RDMA resource and returns.
+pub async fn run(
+    config_path: PathBuf,
+    config: Config,
+    listeners: Listeners,
+    reloads: (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ExporterError> {
+    let auth = config.auth().load()?;
+    let devices = local_devices(&config)?;
+    let scheduler = Scheduler::new(seed_from_name(config.node()), ScheduleConfig::default())
+        .map_err(|e| ExporterError::Schedule(e.to_string()))?;
+
+    let (metrics, recorder) = Metrics::with_recorder();
+    let (events, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let paths = recorder.snapshot();
+    let recorder_task = tokio::spawn(recorder.run(events_rx));
+
+    let (stop, stop_rx) = signal::channel(false);
+    let (finished, finished_rx) = mpsc::channel(EVENT_QUEUE);
+    let mut workers = BTreeMap::new();
+    let mut worker_tasks = Vec::new();
+    for device in &devices {
+        let worker =
+            device::DeviceWorker::open(device).map_err(|error| ExporterError::OpenDevice {
+                device: device.name.clone(),
+                error,
+            })?;
+        let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
+        workers.insert(device.name.clone(), commands);
+        worker_tasks.push(tokio::spawn(worker.run(
+            commands_rx,
+            finished.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    drop(finished);
+
+    let readiness = Readiness::default();
+    let stopped = |mut rx: signal::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let responder_task = tokio::spawn(responder::run(
+        listeners.control,
+        responder_settings(&config, &devices, auth.clone()),
+        metrics.responder.clone(),
+        readiness.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let (reload_tx, reload_rx) = reloads;
+    let http_task = tokio::spawn(http::serve_exporter(
+        listeners.metrics,
+        metrics.clone(),
+        readiness,
+        ExporterPages {
+            paths,
+            reload: reload_tx.clone(),
+        },
+        stopped(stop_rx.clone()),
+    ));
+    let watcher = tokio::spawn(watch::watch_file(
+        config_path.clone(),
+        reload_tx,
+        watch::POLL_INTERVAL,
+    ));
+
+    tracing::info!(
+        node = config.node(),
+        devices = devices.len(),
+        peers = config.active_peers().count(),
+        "exporter running"
+    );
+    let service = service::Service::start(service::ServiceParts {
+        config_path,
+        config,
+        devices,
+        auth,
+        scheduler,
+        workers,
+        events,
+    })
+    .await;
+    // The responder ending on its own (its device failed) ends the exporter too.
+    let mut responder_task = responder_task;
+    let responder_result = tokio::select! {
+        () = service.run(finished_rx, reload_rx, shutdown) => None,
+        r = &mut responder_task => Some(r),
+    };
+
+    let _ = stop.send(true);
+    watcher.abort();
+    let workers_done = async {
+        for task in worker_tasks {
+            let _ = task.await;
+        }
+    };
+    if tokio::time::timeout(STOP_GRACE, workers_done)
+        .await
+        .is_err()
+    {
+        tracing::warn!("device workers did not stop within {STOP_GRACE:?}");
+    }
+    let responder_result = match responder_result {
+        Some(r) => r,
+        None => responder_task.await,
+    };
+    let _ = http_task.await;
+    recorder_task.abort();
+    match responder_result {
+        Ok(r) => r.map_err(ExporterError::from),
+        Err(e) => {
+            tracing::error!(error = %e, "responder task failed");
+            Ok(())
+        }
+    }
+}
+
+/// The configured devices, or every device with an ACTIVE port (its first) that is not
+/// excluded, with automatic GID selection and no rail.
+fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
+    match config.devices() {
+        Devices::Listed(devices) => Ok(devices.clone()),
+        Devices::AllActive => {
+            let found = crate::verbs::list_devices_filtered(|name| !config.is_excluded(name))?;
+            let devices: Vec<Device> = found
+                .iter()
+                .filter_map(|d| {
+                    let port = d.ports.iter().find(|p| p.state.is_active())?;
+                    Some(Device {
+                        name: d.name.clone(),
+                        port: port.port,
+                        rail: None,
+                        gid_index: GidIndex::Auto,
+                    })
+                })
+                .collect();
+            if devices.is_empty() {
+                let excluded = if config.exclude_devices().is_empty() {
+                    String::new()
+                } else {
+                    format!(" (excluded: {})", config.exclude_devices().join(", "))
+                };
+                return Err(ExporterError::NoActiveDevice { excluded });
+            }
+            Ok(devices)
+        }
+    }
+}
+
+fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> ResponderSettings {
+    ResponderSettings {
+        node_name: config.node().to_owned(),
+        local: devices[0].local_port(),
+        auth,
+        max_sessions: MAX_SESSIONS,
+        max_pinned_bytes: MAX_PINNED_BYTES,
+        max_session_bytes: crate::prober::DEFAULT_MAX_SESSION_BYTES,
+        max_handshakes: MAX_HANDSHAKES,
+        idle_timeout: IDLE_TIMEOUT,
+        io_timeout: config.defaults().timeout(),
+    }
+}

@@ -1,0 +1,371 @@
+//! The service loop: one task owns the scheduler, the path table and the config; device workers
+//! run the probes it dispatches and send back what happened; the recorder owns the metrics
+//! (docs/architecture.md, "The exporter").
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::device::{DeviceCommand, ProbeFinished};
+use super::paths::{path_specs, PathSpec};
+use crate::config::{Config, Device};
+use crate::control::AuthMode;
+use crate::metrics::probe::{
+    DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
+};
+use crate::schedule::{Dispatch, Outcome, PathKey, Scheduler};
+
+/// The `peer_device` label of a path whose peer has not answered yet (down since this exporter
+/// started): replaced by the peer's device at its first answer.
+pub const UNKNOWN_PEER_DEVICE: &str = "unknown";
+
+/// A reload asked over HTTP or by a signal; the answer says whether the new file was taken.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    pub reply: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// The state the service loop owns.
+pub struct Service {
+    config_path: PathBuf,
+    config: Config,
+    /// The local devices, opened at start; a reload cannot change them.
+    devices: Vec<Device>,
+    auth: AuthMode,
+    scheduler: Scheduler,
+    specs: BTreeMap<PathKey, PathSpec>,
+    /// Regular (not busy-retry) probes dispatched per path: every `unpaced_every`-th is unpaced.
+    regular_probes: BTreeMap<PathKey, u64>,
+    /// The device each peer answered with, per path (the `peer_device` label).
+    peer_devices: BTreeMap<PathKey, String>,
+    /// Paths whose last probe failed: failures are logged when they start and end, not each time.
+    failing: BTreeSet<PathKey>,
+    workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
+    events: mpsc::Sender<ProbeEvent>,
+    epoch: Instant,
+}
+
+/// What the service is started with.
+pub struct ServiceParts {
+    pub config_path: PathBuf,
+    pub config: Config,
+    pub devices: Vec<Device>,
+    pub auth: AuthMode,
+    pub scheduler: Scheduler,
+    pub workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
+    pub events: mpsc::Sender<ProbeEvent>,
+}
+
+impl Service {
+    /// Takes the initial config: paths, info metrics, `config_reload_success` 1.
+    pub async fn start(parts: ServiceParts) -> Service {
+        let mut service = Service {
+            config_path: parts.config_path,
+            config: parts.config.clone(),
+            devices: parts.devices,
+            auth: parts.auth,
+            scheduler: parts.scheduler,
+            specs: BTreeMap::new(),
+            regular_probes: BTreeMap::new(),
+            peer_devices: BTreeMap::new(),
+            failing: BTreeSet::new(),
+            workers: parts.workers,
+            events: parts.events,
+            epoch: Instant::now(),
+        };
+        if let Err(e) = service.apply(parts.config).await {
+            // The scheduler refused a path the config validation let through: run with none.
+            tracing::error!(error = %e, "the config's paths cannot be scheduled");
+        }
+        service.loaded(true).await;
+        service
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Dispatches due probes, applies results and reloads until `shutdown` resolves.
+    pub async fn run(
+        mut self,
+        mut finished: mpsc::Receiver<ProbeFinished>,
+        mut reloads: mpsc::Receiver<ReloadRequest>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            self.dispatch_due().await;
+            let wake = self
+                .scheduler
+                .wait_until()
+                .map(|t| tokio::time::Instant::from_std(self.epoch + t));
+            let sleep = async move {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(done) = finished.recv() => self.on_finished(done).await,
+                Some(request) = reloads.recv() => {
+                    let result = self.reload().await;
+                    if let Some(reply) = request.reply {
+                        let _ = reply.send(result);
+                    }
+                }
+                () = sleep => {}
+            }
+        }
+    }
+
+    async fn dispatch_due(&mut self) {
+        let now = self.now();
+        for dispatch in self.scheduler.poll(now) {
+            self.dispatch(dispatch, now).await;
+        }
+    }
+
+    async fn dispatch(&mut self, dispatch: Dispatch, now: Duration) {
+        let Some(spec) = self.specs.get(&dispatch.key).cloned() else {
+            self.scheduler
+                .completed(&dispatch.key, Outcome::failure(Duration::ZERO), now);
+            return;
+        };
+        let labels = self.labels(&dispatch.key);
+        self.emit(ProbeEvent::Attempt(labels.clone())).await;
+        if dispatch.budget_deferred {
+            self.emit(ProbeEvent::Deferred(labels, DeferReason::Budget))
+                .await;
+        }
+        let n = match dispatch.attempt {
+            crate::schedule::Attempt::Regular => {
+                let n = self.regular_probes.entry(dispatch.key.clone()).or_default();
+                *n += 1;
+                *n
+            }
+            crate::schedule::Attempt::BusyRetry(_) => {
+                self.regular_probes.get(&dispatch.key).copied().unwrap_or(1)
+            }
+        };
+        let request = spec.burst_request(n);
+        let sent = match self.workers.get(&dispatch.key.device) {
+            Some(worker) => worker
+                .send(DeviceCommand::Probe {
+                    spec: Box::new(spec),
+                    request,
+                })
+                .await
+                .is_ok(),
+            None => false,
+        };
+        if !sent {
+            tracing::error!(path = %dispatch.key, "the device worker is gone; path not probed");
+            self.scheduler
+                .completed(&dispatch.key, Outcome::failure(Duration::ZERO), now);
+        }
+    }
+
+    async fn on_finished(&mut self, done: ProbeFinished) {
+        let ProbeFinished { key, outcome, at } = done;
+        let burst_time = outcome
+            .report
+            .as_ref()
+            .map_or(Duration::ZERO, |r| r.elapsed);
+        let result = if outcome.deferred.is_some() {
+            Outcome::busy(burst_time)
+        } else if outcome.is_success() {
+            Outcome::success(burst_time)
+        } else {
+            Outcome::failure(burst_time)
+        };
+        let now = self.now();
+        self.scheduler.completed(&key, result, now);
+        if !self.specs.contains_key(&key) {
+            return; // removed by a reload while its burst ran: its series are gone
+        }
+        if let Some(peer_device) = &outcome.peer_device {
+            self.learn_peer_device(&key, peer_device).await;
+        }
+        self.log_transition(&key, &outcome);
+        let record = ProbeRecord::from_outcome(&outcome, unix_seconds(at));
+        let labels = self.labels(&key);
+        self.emit(ProbeEvent::Completed(labels, record)).await;
+        self.emit_schedule(&key.device, now).await;
+    }
+
+    /// Labels follow the peer's answer: when its device on the rail changes (or is first
+    /// known), the path's series move to the new `peer_device` and the old ones go.
+    async fn learn_peer_device(&mut self, key: &PathKey, peer_device: &str) {
+        let known = self.peer_devices.get(key).map(String::as_str);
+        if known == Some(peer_device) {
+            return;
+        }
+        self.peer_devices
+            .insert(key.clone(), peer_device.to_owned());
+        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+    }
+
+    fn log_transition(&mut self, key: &PathKey, outcome: &crate::prober::ProbeOutcome) {
+        if outcome.is_success() {
+            if self.failing.remove(key) {
+                tracing::info!(path = %key, "probes succeed again");
+            }
+        } else if let Some(reason) = outcome.error {
+            if self.failing.insert(key.clone()) {
+                tracing::warn!(
+                    path = %key,
+                    reason = reason.as_str(),
+                    message = outcome.message.as_deref().unwrap_or(""),
+                    "probe failed (logged again when it recovers)"
+                );
+            }
+        }
+    }
+
+    /// Reads the config file again; a file that does not load leaves everything as it was.
+    pub async fn reload(&mut self) -> Result<(), String> {
+        let path = self.config_path.clone();
+        let loaded = tokio::task::spawn_blocking(move || Config::load(path))
+            .await
+            .map_err(|e| format!("config loader task: {e}"))
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        let result = match loaded {
+            Ok(config) => self.apply(config).await,
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(()) => {
+                tracing::info!(file = %self.config_path.display(), paths = self.specs.len(), "config reloaded")
+            }
+            Err(e) => {
+                tracing::error!(file = %self.config_path.display(), error = %e, "config reload failed: the previous config keeps running")
+            }
+        }
+        self.loaded(result.is_ok()).await;
+        result
+    }
+
+    /// Makes `config` the running config: paths added keep nothing, paths kept keep their
+    /// schedule, warm session and counters, paths removed lose their series.
+    async fn apply(&mut self, config: Config) -> Result<(), String> {
+        self.warn_restart_only(&config);
+        let specs = path_specs(&config, &self.devices, &self.auth);
+        let plans = specs.values().map(PathSpec::schedule_plan).collect();
+        self.scheduler
+            .set_paths(plans, self.now())
+            .map_err(|e| e.to_string())?;
+        self.specs = specs;
+        self.config = config;
+        self.regular_probes
+            .retain(|k, _| self.specs.contains_key(k));
+        self.peer_devices.retain(|k, _| self.specs.contains_key(k));
+        self.failing.retain(|k| self.specs.contains_key(k));
+        for (device, worker) in &self.workers {
+            let mine = self
+                .specs
+                .values()
+                .filter(|s| &s.key.device == device)
+                .cloned()
+                .collect();
+            let _ = worker.send(DeviceCommand::Retain(mine)).await;
+        }
+        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
+        let now = self.now();
+        for device in self.workers.keys().cloned().collect::<Vec<_>>() {
+            self.emit_schedule(&device, now).await;
+        }
+        Ok(())
+    }
+
+    /// Listening addresses, the key and the devices are taken at start only: say so instead of
+    /// silently ignoring a change.
+    fn warn_restart_only(&self, new: &Config) {
+        let old = &self.config;
+        let mut changed = Vec::new();
+        if old.listen() != new.listen() {
+            changed.push("listen");
+        }
+        if old.auth() != new.auth() {
+            changed.push("auth");
+        }
+        if old.devices() != new.devices() || old.exclude_devices() != new.exclude_devices() {
+            changed.push("devices");
+        }
+        if !changed.is_empty() {
+            tracing::warn!(
+                fields = changed.join(", "),
+                "changed in the config file, but taken only at start: restart the exporter to apply"
+            );
+        }
+    }
+
+    async fn loaded(&self, ok: bool) {
+        self.emit(ProbeEvent::ConfigLoaded {
+            ok,
+            at_unix_seconds: unix_seconds(SystemTime::now()),
+        })
+        .await;
+    }
+
+    fn labels(&self, key: &PathKey) -> PathLabels {
+        PathLabels {
+            device: key.device.clone(),
+            peer: key.peer.clone(),
+            peer_device: self
+                .peer_devices
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| UNKNOWN_PEER_DEVICE.to_owned()),
+        }
+    }
+
+    fn all_labels(&self) -> BTreeSet<PathLabels> {
+        self.specs.keys().map(|k| self.labels(k)).collect()
+    }
+
+    async fn emit_schedule(&self, device: &str, now: Duration) {
+        if let Some(stats) = self.scheduler.device_stats(device, now) {
+            let figures = DeviceScheduleFigures {
+                device: device.to_owned(),
+                paths: stats.paths as u64,
+                duty_cycle_used: stats.duty_cycle_used,
+                duty_cycle_budget: stats.duty_cycle_budget,
+                demand: stats.demand,
+                stretch: stats.stretch_factor,
+            };
+            self.emit(ProbeEvent::Schedule(figures)).await;
+        }
+    }
+
+    async fn emit(&self, event: ProbeEvent) {
+        // Only fails when the recorder is gone, i.e. at shutdown.
+        let _ = self.events.send(event).await;
+    }
+}
+
+/// The node's and each active peer's static labels, for `node_info` and `peer_info`.
+fn info_labels(config: &Config) -> InfoLabels {
+    let node = std::iter::once(("node".to_owned(), config.node().to_owned()))
+        .chain(config.labels().iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect();
+    let peers = config
+        .active_peers()
+        .map(|p| {
+            std::iter::once(("peer".to_owned(), p.name().to_owned()))
+                .chain(p.labels().iter().map(|(k, v)| (k.clone(), v.clone())))
+                .collect()
+        })
+        .collect();
+    InfoLabels { node, peers }
+}
+
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -14,8 +14,11 @@ pub fn render(paths: &BTreeMap<PathLabels, PathState>, now_unix_seconds: f64) ->
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<title>rdma-probe-exporter</title><style>",
         "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}",
-        "th,td{border:1px solid #999;padding:.25em .6em;text-align:left}",
-        "td.num{text-align:right}.ok{color:#060}.fail{color:#a00}.defer{color:#850}",
+        // Names (`node-b`) and figures (`10.000 Gb/s`) stay on one line; only the last error,
+        // free text of any length, wraps.
+        "th,td{border:1px solid #999;padding:.25em .6em;text-align:left;white-space:nowrap}",
+        "td.num{text-align:right}td.err{white-space:normal}",
+        ".ok{color:#060}.fail{color:#a00}.defer{color:#850}",
         "</style></head><body><h1>rdma-probe-exporter ",
         env!("CARGO_PKG_VERSION"),
         "</h1><p><a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a> · ",
@@ -83,7 +86,7 @@ fn row(page: &mut String, state: &PathState, now: f64) {
         page,
         "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td>\
          <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{ratio}</td>\
-         <td>{last_probe}</td><td>{last_error}</td><td class=\"num\">{}</td>\
+         <td>{last_probe}</td><td class=\"err\">{last_error}</td><td class=\"num\">{}</td>\
          <td class=\"num\">{}</td></tr>",
         escape(&p.device),
         escape(&p.peer),

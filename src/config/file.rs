@@ -55,6 +55,7 @@ pub(crate) struct RawConfig {
     pub defaults: Option<Spanned<RawDefaults>>,
     pub discovery: Option<Spanned<RawDiscovery>>,
     pub selection: Option<Spanned<RawSelection>>,
+    pub schedule: Option<Spanned<RawSchedule>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
 
@@ -250,6 +251,12 @@ pub(crate) struct RawDiscovery {
     pub dns: Option<Spanned<Vec<Scalar>>>,
     pub files: Option<Spanned<Vec<Scalar>>>,
     pub forget_after: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSchedule {
+    pub duty_cycle: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -43,6 +43,9 @@ pub const DEFAULT_CONTROL_LISTEN: SocketAddr = SocketAddr::new(
 pub const DEFAULT_FORGET_AFTER: Duration = Duration::from_secs(3600);
 /// Peers outside this node's group probed per round, unless configured.
 pub const DEFAULT_SAMPLE: u32 = 8;
+pub const DEFAULT_DUTY_CYCLE: f64 = crate::schedule::DEFAULT_DUTY_CYCLE;
+/// Below this a device would barely probe: surely a typo (`0.05%` for `5%`).
+pub const MIN_DUTY_CYCLE: f64 = 0.001;
 
 /// Static labels (`rack`, `tor`, ...), sorted by name.
 pub type Labels = BTreeMap<String, String>;
@@ -61,6 +64,7 @@ pub struct Config {
     pub(super) peers: Vec<Peer>,
     pub(super) discovery: Option<Discovery>,
     pub(super) selection: Option<Selection>,
+    pub(super) schedule: Schedule,
 }
 
 impl Config {
@@ -125,6 +129,11 @@ impl Config {
     /// Peer selection (parsed and checked, not used yet).
     pub fn selection(&self) -> Option<&Selection> {
         self.selection.as_ref()
+    }
+
+    /// How the local devices share their time (docs/schedule.md).
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
 }
 
@@ -482,6 +491,22 @@ impl ProbeConfig {
             auth,
             timeout: v.timeout,
             max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
+        }
+    }
+}
+
+/// Scheduling limits of this node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// Most share of wall time each local device spends bursting (docs/schedule.md,
+    /// "Duty-cycle budget").
+    pub duty_cycle: f64,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            duty_cycle: DEFAULT_DUTY_CYCLE,
         }
     }
 }

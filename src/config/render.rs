@@ -59,6 +59,11 @@ impl Config {
                 duration(d.forget_after)
             )?;
         }
+        writeln!(
+            out,
+            "schedule: duty_cycle {}% per device",
+            self.schedule.duty_cycle * 100.0
+        )?;
         if let Some(s) = &self.selection {
             writeln!(
                 out,

@@ -82,6 +82,10 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         }
         ("discovery", "forget_after") => s("a duration greater than zero, e.g. 1h"),
         ("", "selection") => s("a mapping {group_by: LABEL, sample: N}"),
+        ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
+        ("schedule", "duty_cycle") => {
+            s("a percentage of wall time each local device may spend bursting, from 0.1% to 100%, e.g. 5%")
+        }
         ("selection", "group_by") => s("a label name, e.g. tor"),
         ("selection", "sample") => s("a whole number of peers, e.g. 8"),
         ("burst", "duration") => s("a duration greater than zero and at most 1h, e.g. 500ms"),
@@ -420,6 +424,7 @@ impl Ctx<'_> {
             .as_ref()
             .map(|s| self.selection(s))
             .transpose()?;
+        let schedule = self.schedule(raw.schedule.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
             node,
@@ -432,6 +437,7 @@ impl Ctx<'_> {
             peers,
             discovery,
             selection,
+            schedule,
         })
     }
 
@@ -924,6 +930,16 @@ impl Ctx<'_> {
     }
 
     fn jitter(&self, scalar: &Scalar, path: &str) -> Result<f64, ConfigError> {
+        self.percentage(scalar, path, |p| (0.0..=MAX_JITTER * 100.0).contains(&p))
+    }
+
+    /// `N%` (decimals allowed) as a fraction, when `in_range` accepts N.
+    fn percentage(
+        &self,
+        scalar: &Scalar,
+        path: &str,
+        in_range: impl Fn(f64) -> bool,
+    ) -> Result<f64, ConfigError> {
         let value = self.short(scalar, path)?;
         let pos = self.pos(scalar);
         let number = value
@@ -942,10 +958,23 @@ impl Ctx<'_> {
         } else {
             f64::NAN
         };
-        if !(0.0..=MAX_JITTER * 100.0).contains(&percent) {
+        if !in_range(percent) {
             return Err(self.invalid(pos, path, format!("{} is out of range", quote(&value))));
         }
         Ok(percent / 100.0)
+    }
+
+    fn schedule(
+        &self,
+        raw: Option<&Spanned<super::file::RawSchedule>>,
+    ) -> Result<Schedule, ConfigError> {
+        let mut schedule = Schedule::default();
+        if let Some(d) = raw.and_then(|r| r.value.duty_cycle.as_ref()) {
+            schedule.duty_cycle = self.percentage(d, "schedule.duty_cycle", |p| {
+                (MIN_DUTY_CYCLE * 100.0..=100.0).contains(&p)
+            })?;
+        }
+        Ok(schedule)
     }
 
     fn rate_limit(&self, scalar: &Scalar, path: &str) -> Result<Option<RateLimit>, ConfigError> {

@@ -95,7 +95,8 @@ pub async fn run(
 ) -> Result<(), ExporterError> {
     let auth = config.auth().load()?;
     let devices = local_devices(&config)?;
-    let scheduler = Scheduler::new(seed_from_name(config.node()), ScheduleConfig::default())
+    let schedule = ScheduleConfig::with_duty_cycle(config.schedule().duty_cycle);
+    let scheduler = Scheduler::new(seed_from_name(config.node()), schedule)
         .map_err(|e| ExporterError::Schedule(e.to_string()))?;
 
     let (metrics, recorder) = Metrics::with_recorder();

@@ -16,7 +16,7 @@ use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
-use crate::schedule::{Dispatch, Outcome, PathKey, Scheduler};
+use crate::schedule::{Attempt, Dispatch, Outcome, PathKey, ScheduleConfig, Scheduler};
 
 /// The `peer_device` label of a path whose peer has not answered yet (down since this exporter
 /// started): replaced by the peer's device at its first answer.
@@ -143,14 +143,12 @@ impl Service {
                 .await;
         }
         let n = match dispatch.attempt {
-            crate::schedule::Attempt::Regular => {
+            Attempt::Regular => {
                 let n = self.regular_probes.entry(dispatch.key.clone()).or_default();
                 *n += 1;
                 *n
             }
-            crate::schedule::Attempt::BusyRetry(_) => {
-                self.regular_probes.get(&dispatch.key).copied().unwrap_or(1)
-            }
+            Attempt::BusyRetry(_) => self.regular_probes.get(&dispatch.key).copied().unwrap_or(1),
         };
         let request = spec.burst_request(n);
         let sent = match self.workers.get(&dispatch.key.device) {
@@ -254,6 +252,16 @@ impl Service {
     /// schedule, warm session and counters, paths removed lose their series.
     async fn apply(&mut self, config: Config) -> Result<(), String> {
         self.warn_restart_only(&config);
+        let duty_cycle = config.schedule().duty_cycle;
+        if duty_cycle != self.scheduler.config().duty_cycle {
+            let schedule = ScheduleConfig {
+                duty_cycle,
+                ..self.scheduler.config().clone()
+            };
+            self.scheduler
+                .set_config(schedule)
+                .map_err(|e| e.to_string())?;
+        }
         let specs = path_specs(&config, &self.devices, &self.auth);
         let plans = specs.values().map(PathSpec::schedule_plan).collect();
         self.scheduler

@@ -12,6 +12,7 @@ pub mod control;
 pub mod http;
 pub mod metrics;
 pub mod prober;
+pub mod readiness;
 pub mod reason;
 pub mod responder;
 pub mod schedule;

@@ -23,9 +23,9 @@ use crate::control::{
     server_handshake, AuthMode, BurstOutcome, BurstResult, Connection, ControlError, Message,
     RemoteRegion, SessionAccept, SessionRequest,
 };
-use crate::http::Readiness;
 use crate::metrics::{ResponderMetrics, SessionResult};
 use crate::prober::LocalPort;
+use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
@@ -81,8 +81,9 @@ impl Shared {
 const PORT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Serves probe sessions on `listener` until `shutdown` completes. Opens the device first, so a
-/// node without RDMA fails here with `no_device` rather than at the first prober; `readiness`
-/// is true while the device is open and its port ACTIVE, false again at shutdown.
+/// node without RDMA fails here with `no_device` rather than at the first prober. It registers
+/// the readiness condition "device NAME port N", true while the device is open and its port
+/// ACTIVE, false again at shutdown.
 pub async fn run(
     listener: TcpListener,
     settings: ResponderSettings,
@@ -94,14 +95,15 @@ pub async fn run(
     if let Some(i) = settings.local.gid_index {
         ctx.gid(i)?;
     }
-    readiness.set(true);
+    let ready = readiness.condition(format!("device {} port {}", ctx.device_name(), ctx.port()));
+    ready.set(true);
     tracing::info!(
         device = ctx.device_name(),
         port = ctx.port(),
         listen = ?listener.local_addr().ok(),
         "responder ready"
     );
-    let port_watch = tokio::spawn(watch_port(ctx.clone(), readiness.clone()));
+    let port_watch = tokio::spawn(watch_port(ctx.clone(), ready.clone()));
     let shared = Arc::new(Shared {
         admission: Admission::new(&settings),
         settings,
@@ -127,21 +129,29 @@ pub async fn run(
         tokio::spawn(serve_connection(Arc::clone(&shared), stream, peer));
     }
     port_watch.abort();
-    readiness.set(false);
+    ready.set_not_ready("the responder is shutting down");
     tracing::info!("responder shutting down");
     Ok(())
 }
 
-/// Keeps `readiness` equal to "the port is ACTIVE": a responder whose port went down cannot
-/// serve a burst, and a Kubernetes readiness probe should say so.
-async fn watch_port(mut ctx: Context, readiness: Readiness) {
+/// Keeps `ready` equal to "the port is ACTIVE": a responder whose port went down cannot serve a
+/// burst, and a Kubernetes readiness probe should say so.
+async fn watch_port(mut ctx: Context, ready: ReadinessCondition) {
     let mut was_active = true;
     loop {
         tokio::time::sleep(PORT_CHECK_INTERVAL).await;
         let active = match ctx.refresh_port_info() {
-            Ok(info) => info.state.is_active(),
+            Ok(info) if info.state.is_active() => {
+                ready.set(true);
+                true
+            }
+            Ok(info) => {
+                ready.set_not_ready(format!("port is {}, not active", info.state));
+                false
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the port state");
+                tracing::warn!(device = ctx.device_name(), error = %e, "cannot read the port state");
+                ready.set_not_ready(format!("cannot read the port state: {e}"));
                 false
             }
         };
@@ -154,7 +164,6 @@ async fn watch_port(mut ctx: Context, readiness: Readiness) {
             );
             was_active = active;
         }
-        readiness.set(active);
     }
 }
 

@@ -893,6 +893,7 @@ mod tests {
     fn request(qps: u32, message_size: u64, region_bytes: u64) -> SessionRequest {
         SessionRequest {
             device: None,
+            rail: None,
             qps,
             message_size,
             region_bytes,

@@ -564,6 +564,15 @@ pub struct ProbeArgs {
     )]
     pub qp_timeout: u8,
 
+    /// Ask the responder for its device on rail N (as the exporter does) [default: the
+    /// responder's first device].
+    ///
+    /// A responder that serves several devices (`responder --device mlx5_0:0 --device mlx5_1:1`)
+    /// answers with the one on this rail, and refuses the probe when it has none there. The
+    /// report's peer device says which one answered.
+    #[arg(long, value_name = "N", help_heading = "Path")]
+    pub peer_rail: Option<u16>,
+
     #[command(flatten)]
     pub local: LocalPortArgs,
 
@@ -710,6 +719,7 @@ impl ProbeArgs {
                 target: self.target,
                 node_name,
                 local: self.local.into_local_port(),
+                rail: self.peer_rail,
                 message_size,
                 length,
                 rate_limit: self.rate_limit,
@@ -904,6 +914,7 @@ mod tests {
         assert_eq!(s.timeout, Duration::from_secs(10));
         assert_eq!(s.local.port, 1);
         assert!(matches!(s.auth, AuthMode::None));
+        assert_eq!(s.rail, None, "no rail: the responder's first device");
         // 64 KiB > 8 KiB: every WR signaled, as perftest.
         assert_eq!(p.plan.cq_mod(), 1);
         assert!(!p.json);
@@ -936,6 +947,8 @@ mod tests {
             "2",
             "--gid-index",
             "3",
+            "--peer-rail",
+            "5",
             "--json",
         ])
         .unwrap();
@@ -946,6 +959,7 @@ mod tests {
         assert_eq!((s.qps, s.tx_depth, s.cq_mod), (4, 64, Some(8)));
         assert_eq!(s.mtu, Some(1024));
         assert_eq!((s.traffic_class, s.service_level), (106, 3));
+        assert_eq!(s.rail, Some(5));
         assert_eq!(
             s.local,
             LocalPort {
@@ -1010,6 +1024,10 @@ mod tests {
         assert!(e.contains("--port"), "{e}");
         let e = err(&["--device", ""]);
         assert!(e.contains("--device"), "{e}");
+        let e = err(&["--peer-rail", "65536"]);
+        assert!(e.contains("--peer-rail"), "{e}");
+        let e = err(&["--peer-rail", "one"]);
+        assert!(e.contains("--peer-rail"), "{e}");
     }
 
     #[test]

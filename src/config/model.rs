@@ -467,6 +467,7 @@ impl ProbeConfig {
             target: target.to_string(),
             node_name: node_name.to_owned(),
             local,
+            rail: None,
             message_size: v.message_size.bytes(),
             length: v.length,
             rate_limit: v.rate_limit,

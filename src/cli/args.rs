@@ -24,7 +24,7 @@ use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
 use crate::config::{parse_positive_duration, ByteSize, RateLimit};
 use crate::control::{AuthMode, Psk};
 use crate::prober::{LocalPort, ProbeSettings};
-use crate::responder::ResponderSettings;
+use crate::responder::{ResponderSettings, ServedDevice};
 use crate::verbs::PathMtu;
 
 pub use crate::config::DEFAULT_CONTROL_PORT;
@@ -666,7 +666,10 @@ impl ResponderArgs {
             metrics_listen: self.metrics_listen,
             settings: ResponderSettings {
                 node_name,
-                local: self.local.into_local_port(),
+                devices: vec![ServedDevice {
+                    local: self.local.into_local_port(),
+                    rail: None,
+                }],
                 auth,
                 // u32 → usize cannot fail on the 32/64-bit targets RDMA runs on.
                 max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
@@ -1178,7 +1181,7 @@ mod tests {
         assert_eq!(r.settings.max_sessions, 2);
         assert_eq!(r.settings.max_pinned_bytes, 512 << 20);
         assert_eq!(r.settings.idle_timeout, Duration::from_secs(300));
-        assert_eq!(r.settings.local.device.as_deref(), Some("rxe0"));
+        assert_eq!(r.settings.devices[0].local.device.as_deref(), Some("rxe0"));
 
         for bad in [
             &["--max-sessions", "0"][..],

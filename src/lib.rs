@@ -13,6 +13,7 @@ pub mod exporter;
 pub mod http;
 pub mod metrics;
 pub mod prober;
+pub mod readiness;
 pub mod reason;
 pub mod responder;
 pub mod schedule;

@@ -49,8 +49,8 @@ pub struct ProbeSettings {
     /// This node's name, sent in the handshake for the responder's logs and metrics.
     pub node_name: String,
     pub local: LocalPort,
-    /// Rail to ask the responder for (it answers with its device on that rail); `None` lets it
-    /// pick its first device.
+    /// The rail whose device the responder should answer with (sent in `SessionRequest`);
+    /// `None`: the responder's first device.
     pub rail: Option<u16>,
     pub message_size: u64,
     pub length: BurstLength,
@@ -399,6 +399,7 @@ impl Session {
         .await?;
         let request = Message::SessionRequest(SessionRequest {
             device: None,
+            rail: settings.rail,
             qps: u32::from(settings.qps),
             message_size: settings.message_size,
             region_bytes: set.region_bytes(),

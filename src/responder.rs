@@ -2,6 +2,11 @@
 //! advertises keys, allows one active burst per device (others get `busy`), verifies the data
 //! pattern after each burst, and releases everything on close, error or idle timeout.
 //!
+//! One process serves every configured device (one per rail): each session runs on the device
+//! [`select_device`] picks for its request (the device it names, else the one on its rail, else
+//! the first), and each device has its own burst slot. Pinned memory, sessions and handshakes
+//! are limited process-wide (docs/architecture.md, "Responder admission").
+//!
 //! Admission is in two steps so that strangers cannot exhaust it: a connection first takes one
 //! of a few handshake permits (held only while it authenticates, under the control timeout),
 //! and only an authenticated prober takes a session permit. Sessions are served one handler per
@@ -23,18 +28,30 @@ use crate::control::{
     server_handshake, AuthMode, BurstOutcome, BurstResult, Connection, ControlError, Message,
     RemoteRegion, SessionAccept, SessionRequest,
 };
-use crate::http::Readiness;
 use crate::metrics::{ResponderMetrics, SessionResult};
 use crate::prober::LocalPort;
+use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
+
+/// One device a responder serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedDevice {
+    /// The device and port (`device: None`: the first device with an ACTIVE port), and the GID
+    /// index its sessions use.
+    pub local: LocalPort,
+    /// The rail it is cabled to: a prober that asks for this rail gets this device.
+    pub rail: Option<u16>,
+}
 
 /// Limits and identity of a responder.
 #[derive(Debug, Clone)]
 pub struct ResponderSettings {
     pub node_name: String,
-    pub local: LocalPort,
+    /// The devices served, at least one, each at most once and each rail at most once. The
+    /// first answers probers that ask for neither a device nor a rail.
+    pub devices: Vec<ServedDevice>,
     pub auth: AuthMode,
     /// Concurrent sessions; more are refused with `limit`.
     pub max_sessions: usize,
@@ -56,33 +73,197 @@ pub struct ResponderSettings {
 pub enum ResponderError {
     #[error(transparent)]
     Device(#[from] VerbsError),
+    #[error("no device to serve")]
+    NoDevices,
+    #[error("device {device} port {port} is listed twice; serve each device once")]
+    DuplicateDevice { device: String, port: u8 },
+    #[error("rail {rail} is given to both {first} and {second}; each rail has one device")]
+    DuplicateRail {
+        rail: u16,
+        first: String,
+        second: String,
+    },
     #[error("accepting control connections: {0}")]
     Accept(#[source] std::io::Error),
+}
+
+/// What [`select_device`] knows of a served device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceRail<'a> {
+    pub name: &'a str,
+    pub rail: Option<u16>,
+}
+
+/// Why no served device fits a session request (sent to the prober as `no_device`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SelectError {
+    #[error("device {wanted} is not served here; this responder serves {}", .served.join(", "))]
+    NotServed { wanted: String, served: Vec<String> },
+    #[error("no device on rail {rail}; {}", serves_rails(.rails))]
+    NoRail { rail: u16, rails: Vec<u16> },
+    #[error("this responder serves no device")]
+    Empty,
+}
+
+fn serves_rails(rails: &[u16]) -> String {
+    if rails.is_empty() {
+        return "this responder's devices have no rail (ask without one)".to_owned();
+    }
+    let list: Vec<String> = rails.iter().map(u16::to_string).collect();
+    let noun = if rails.len() == 1 { "rail" } else { "rails" };
+    format!("this responder serves {noun} {}", list.join(", "))
+}
+
+/// The index in `served` of the device that answers a session request for `device` on `rail`:
+/// the named device if it is served (a named device that is not is refused, whatever the rail);
+/// else the device on `rail` (refused when no device is on it); else, when the request names
+/// neither, the first device.
+pub fn select_device(
+    served: &[DeviceRail<'_>],
+    device: Option<&str>,
+    rail: Option<u16>,
+) -> Result<usize, SelectError> {
+    if served.is_empty() {
+        return Err(SelectError::Empty);
+    }
+    if let Some(wanted) = device {
+        return served.iter().position(|d| d.name == wanted).ok_or_else(|| {
+            SelectError::NotServed {
+                wanted: wanted.to_owned(),
+                served: served.iter().map(|d| d.name.to_owned()).collect(),
+            }
+        });
+    }
+    if let Some(rail) = rail {
+        return served
+            .iter()
+            .position(|d| d.rail == Some(rail))
+            .ok_or_else(|| SelectError::NoRail {
+                rail,
+                rails: served.iter().filter_map(|d| d.rail).collect(),
+            });
+    }
+    Ok(0)
+}
+
+/// A device being served: its context, and the state its sessions share.
+struct Served {
+    ctx: Context,
+    rail: Option<u16>,
+    gid_index: Option<u32>,
+    /// At most one active burst on this device; other probers get `busy` (a burst on another
+    /// device does not).
+    burst_slot: Arc<AtomicBool>,
+}
+
+impl Served {
+    fn name(&self) -> &str {
+        self.ctx.device_name()
+    }
+
+    fn identity(&self) -> Identity<'_> {
+        (self.name(), self.ctx.port(), self.rail)
+    }
 }
 
 /// State shared by all sessions of a responder.
 struct Shared {
     settings: ResponderSettings,
-    ctx: Context,
-    /// At most one active burst per device; other probers get `busy`.
-    burst_slot: Arc<AtomicBool>,
+    /// In the order of `settings.devices`; never empty.
+    devices: Vec<Arc<Served>>,
     pinned: Arc<AtomicU64>,
     admission: Admission,
     metrics: ResponderMetrics,
 }
 
 impl Shared {
-    fn count(&self, result: SessionResult) {
-        self.metrics.session(self.ctx.device_name(), result);
+    /// Counts a session under its device, or under the first device when the session never got
+    /// one (refused in the handshake or at a limit before it asked for a device).
+    fn count(&self, device: Option<&Served>, result: SessionResult) {
+        let name = device
+            .or_else(|| self.devices.first().map(Arc::as_ref))
+            .map_or("", Served::name);
+        self.metrics.session(name, result);
     }
+
+    /// The device that answers `request` ([`select_device`]).
+    fn select(&self, request: &SessionRequest) -> Result<Arc<Served>, SessionFailure> {
+        let served: Vec<DeviceRail<'_>> = self
+            .devices
+            .iter()
+            .map(|d| DeviceRail {
+                name: d.name(),
+                rail: d.rail,
+            })
+            .collect();
+        let chosen = select_device(&served, request.device.as_deref(), request.rail)
+            .map_err(|e| failure(ErrorReason::NoDevice, e.to_string()))?;
+        self.devices
+            .get(chosen)
+            .cloned()
+            .ok_or_else(|| failure(ErrorReason::NoDevice, SelectError::Empty.to_string()))
+    }
+}
+
+/// Opens every device of `devices` (the first failure is the error) and checks that no device
+/// and no rail is served twice.
+fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>, ResponderError> {
+    if devices.is_empty() {
+        return Err(ResponderError::NoDevices);
+    }
+    let mut served: Vec<Arc<Served>> = Vec::with_capacity(devices.len());
+    for device in devices {
+        let ctx = Context::open(device.local.device.as_deref(), device.local.port)?;
+        if let Some(i) = device.local.gid_index {
+            ctx.gid(i)?;
+        }
+        let opened = Served {
+            ctx,
+            rail: device.rail,
+            gid_index: device.local.gid_index,
+            burst_slot: Arc::new(AtomicBool::new(false)),
+        };
+        let known: Vec<_> = served.iter().map(|d| d.identity()).collect();
+        check_distinct(&known, opened.identity())?;
+        served.push(Arc::new(opened));
+    }
+    Ok(served)
+}
+
+/// A served device's name, port and rail.
+type Identity<'a> = (&'a str, u8, Option<u16>);
+
+/// `Err` when `new` is a device (and port) or a rail that `served` already has. A device named
+/// twice, or the default device (the first with an ACTIVE port) next to the same device named,
+/// would be two entries for one device; a rail twice would make rail matching ambiguous.
+fn check_distinct(served: &[Identity<'_>], new: Identity<'_>) -> Result<(), ResponderError> {
+    let (name, port, rail) = new;
+    for &(old_name, old_port, old_rail) in served {
+        if (old_name, old_port) == (name, port) {
+            return Err(ResponderError::DuplicateDevice {
+                device: name.to_owned(),
+                port,
+            });
+        }
+        if let Some(rail) = rail.filter(|_| old_rail == rail) {
+            return Err(ResponderError::DuplicateRail {
+                rail,
+                first: old_name.to_owned(),
+                second: name.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// How often the port state is re-read for readiness.
 const PORT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Serves probe sessions on `listener` until `shutdown` completes. Opens the device first, so a
-/// node without RDMA fails here with `no_device` rather than at the first prober; `readiness`
-/// is true while the device is open and its port ACTIVE, false again at shutdown.
+/// Serves probe sessions on `listener` until `shutdown` completes. Opens every device first, so
+/// a node without RDMA (or without one of the devices) fails here with that device's error
+/// rather than at the first prober. Registers one readiness condition per device,
+/// "device NAME port N": true while the device is open and its port ACTIVE, false again at
+/// shutdown.
 pub async fn run(
     listener: TcpListener,
     settings: ResponderSettings,
@@ -90,23 +271,36 @@ pub async fn run(
     readiness: Readiness,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ResponderError> {
-    let ctx = Context::open(settings.local.device.as_deref(), settings.local.port)?;
-    if let Some(i) = settings.local.gid_index {
-        ctx.gid(i)?;
+    let devices = open_devices(&settings.devices)?;
+    // Dropping the set (however `run` ends) stops the watchers.
+    let mut port_watches = tokio::task::JoinSet::new();
+    let mut conditions = Vec::with_capacity(devices.len());
+    for device in &devices {
+        let ready = readiness.condition(format!(
+            "device {} port {}",
+            device.name(),
+            device.ctx.port()
+        ));
+        // Opening checked that the port is ACTIVE.
+        ready.set(true);
+        port_watches.spawn(watch_port(device.ctx.clone(), ready.clone()));
+        conditions.push(ready);
+        tracing::info!(
+            device = device.name(),
+            port = device.ctx.port(),
+            rail = device.rail,
+            "serving device"
+        );
     }
-    readiness.set(true);
     tracing::info!(
-        device = ctx.device_name(),
-        port = ctx.port(),
+        devices = devices.len(),
         listen = ?listener.local_addr().ok(),
         "responder ready"
     );
-    let port_watch = tokio::spawn(watch_port(ctx.clone(), readiness.clone()));
     let shared = Arc::new(Shared {
         admission: Admission::new(&settings),
         settings,
-        ctx,
-        burst_slot: Arc::new(AtomicBool::new(false)),
+        devices,
         pinned: Arc::new(AtomicU64::new(0)),
         metrics,
     });
@@ -126,22 +320,32 @@ pub async fn run(
         };
         tokio::spawn(serve_connection(Arc::clone(&shared), stream, peer));
     }
-    port_watch.abort();
-    readiness.set(false);
+    port_watches.abort_all();
+    for ready in &conditions {
+        ready.set_not_ready("the responder is shutting down");
+    }
     tracing::info!("responder shutting down");
     Ok(())
 }
 
-/// Keeps `readiness` equal to "the port is ACTIVE": a responder whose port went down cannot
-/// serve a burst, and a Kubernetes readiness probe should say so.
-async fn watch_port(mut ctx: Context, readiness: Readiness) {
+/// Keeps `ready` equal to "the port is ACTIVE": a responder whose port went down cannot serve a
+/// burst, and a Kubernetes readiness probe should say so.
+async fn watch_port(mut ctx: Context, ready: ReadinessCondition) {
     let mut was_active = true;
     loop {
         tokio::time::sleep(PORT_CHECK_INTERVAL).await;
         let active = match ctx.refresh_port_info() {
-            Ok(info) => info.state.is_active(),
+            Ok(info) if info.state.is_active() => {
+                ready.set(true);
+                true
+            }
+            Ok(info) => {
+                ready.set_not_ready(format!("port is {}, not active", info.state));
+                false
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the port state");
+                tracing::warn!(device = ctx.device_name(), error = %e, "cannot read the port state");
+                ready.set_not_ready(format!("cannot read the port state: {e}"));
                 false
             }
         };
@@ -154,7 +358,6 @@ async fn watch_port(mut ctx: Context, readiness: Readiness) {
             );
             was_active = active;
         }
-        readiness.set(active);
     }
 }
 
@@ -172,7 +375,7 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
         Err(e) => {
             tracing::warn!(%peer, reason = %e.reason, error = %e.message, "connection refused");
             if let Some(result) = e.refusal() {
-                shared.count(result);
+                shared.count(None, result);
             }
             conn.send_error_best_effort(e.reason, &e.message).await;
             return;
@@ -181,6 +384,7 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
     let mut handler = SessionHandler {
         shared: Arc::clone(&shared),
         node: node.clone(),
+        device: None,
         active: None,
     };
     match handler.serve(&mut conn).await {
@@ -190,9 +394,10 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
             let _ = conn.send(&Message::Close, Duration::from_millis(500)).await;
         }
         Err(e) => {
-            tracing::warn!(%peer, %node, reason = %e.reason, error = %e.message, "session ended");
+            tracing::warn!(%peer, %node, device = handler.device_name(), reason = %e.reason,
+                error = %e.message, "session ended");
             if let Some(result) = e.refusal() {
-                shared.count(result);
+                shared.count(handler.device.as_deref(), result);
             }
             conn.send_error_best_effort(e.reason, &e.message).await;
         }
@@ -328,7 +533,7 @@ impl Drop for PinnedReservation {
     }
 }
 
-/// The device's burst slot, held from `burst_start` to the burst's result.
+/// A device's burst slot, held from `burst_start` to the burst's result.
 struct BurstSlot(Arc<AtomicBool>);
 
 impl BurstSlot {
@@ -377,10 +582,22 @@ enum SessionEnd {
 struct SessionHandler {
     shared: Arc<Shared>,
     node: String,
+    /// The device its session runs on, once its request chose one.
+    device: Option<Arc<Served>>,
     active: Option<Active>,
 }
 
 impl SessionHandler {
+    fn device_name(&self) -> &str {
+        self.device.as_deref().map_or("", Served::name)
+    }
+
+    fn chosen_device(&self) -> Result<&Served, SessionFailure> {
+        self.device
+            .as_deref()
+            .ok_or_else(|| failure(ErrorReason::Protocol, "burst before session"))
+    }
+
     async fn serve(&mut self, conn: &mut Connection) -> Result<SessionEnd, SessionFailure> {
         loop {
             let wait = self.wait_for_next_message();
@@ -446,16 +663,20 @@ impl SessionHandler {
         if self.active.is_some() {
             return Err(failure(ErrorReason::Protocol, "session already set up"));
         }
+        let device = self.shared.select(request)?;
+        self.device = Some(Arc::clone(&device));
         let shared = Arc::clone(&self.shared);
         let request_copy = request.clone();
         // Registering (pinning) a large region is a blocking system call.
         let (accept, active) =
-            tokio::task::spawn_blocking(move || open_session(&shared, &request_copy))
+            tokio::task::spawn_blocking(move || open_session(&shared, &device, &request_copy))
                 .await
                 .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
-        tracing::info!(node = %self.node, qps = request.qps, message_size = request.message_size,
-            slots = active.set.slots(), "session set up");
-        self.shared.count(SessionResult::Accepted);
+        tracing::info!(node = %self.node, device = self.device_name(), rail = ?request.rail,
+            qps = request.qps, message_size = request.message_size, slots = active.set.slots(),
+            "session set up");
+        self.shared
+            .count(self.device.as_deref(), SessionResult::Accepted);
         self.active = Some(active);
         Ok(Message::SessionAccept(accept))
     }
@@ -474,8 +695,12 @@ impl SessionHandler {
         if state.burst.is_some() {
             return Err(failure(ErrorReason::Protocol, "burst_start during a burst"));
         }
-        let Some(slot) = BurstSlot::try_take(&self.shared.burst_slot) else {
-            self.shared.count(SessionResult::Busy);
+        let device = self
+            .device
+            .as_deref()
+            .ok_or_else(|| failure(ErrorReason::Protocol, "burst_start before session"))?;
+        let Some(slot) = BurstSlot::try_take(&device.burst_slot) else {
+            self.shared.count(Some(device), SessionResult::Busy);
             return Ok(Message::Busy {
                 retry_after_ms: BUSY_RETRY_AFTER_MS,
             });
@@ -526,7 +751,7 @@ impl SessionHandler {
             return Ok(None);
         }
         let verdict = self.verify(burst, posted_per_qp).await?;
-        let device = self.shared.ctx.device_name();
+        let device = self.chosen_device()?.name();
         self.shared
             .metrics
             .verified_messages(device, verdict.verified_messages);
@@ -585,21 +810,11 @@ struct Verdict {
 /// may have changed since the responder started.
 fn open_session(
     shared: &Shared,
+    device: &Served,
     request: &SessionRequest,
 ) -> Result<(SessionAccept, Active), SessionFailure> {
     let settings = &shared.settings;
-    if let Some(want) = &request.device {
-        if want != shared.ctx.device_name() {
-            return Err(failure(
-                ErrorReason::NoDevice,
-                format!(
-                    "this responder serves {}, not {want}",
-                    shared.ctx.device_name()
-                ),
-            ));
-        }
-    }
-    let mut ctx = shared.ctx.clone();
+    let mut ctx = device.ctx.clone();
     let state = ctx.refresh_port_info()?.state;
     if !state.is_active() {
         return Err(failure(
@@ -627,7 +842,7 @@ fn open_session(
         })?;
     let path = PathOptions {
         mtu: None,
-        gid_index: settings.local.gid_index,
+        gid_index: device.gid_index,
         // The responder sends only ACKs; they travel in the prober's class (see SessionRequest).
         traffic_class: request.traffic_class,
         service_level: request.service_level,
@@ -756,11 +971,14 @@ mod tests {
     fn settings(max_sessions: usize, max_handshakes: usize) -> ResponderSettings {
         ResponderSettings {
             node_name: "responder".into(),
-            local: LocalPort {
-                device: None,
-                port: 1,
-                gid_index: None,
-            },
+            devices: vec![ServedDevice {
+                local: LocalPort {
+                    device: None,
+                    port: 1,
+                    gid_index: None,
+                },
+                rail: None,
+            }],
             auth: AuthMode::None,
             max_sessions,
             max_pinned_bytes: 1 << 30,
@@ -884,6 +1102,7 @@ mod tests {
     fn request(qps: u32, message_size: u64, region_bytes: u64) -> SessionRequest {
         SessionRequest {
             device: None,
+            rail: None,
             qps,
             message_size,
             region_bytes,
@@ -901,6 +1120,90 @@ mod tests {
             traffic_class: 0,
             service_level: 0,
         }
+    }
+
+    fn served<'a>(devices: &[(&'a str, Option<u16>)]) -> Vec<DeviceRail<'a>> {
+        devices
+            .iter()
+            .map(|&(name, rail)| DeviceRail { name, rail })
+            .collect()
+    }
+
+    #[test]
+    fn a_named_device_is_used_if_served_and_refused_if_not() {
+        let two = served(&[("mlx5_0", Some(0)), ("mlx5_1", Some(1))]);
+        assert_eq!(select_device(&two, Some("mlx5_1"), None), Ok(1));
+        // The name wins over the rail.
+        assert_eq!(select_device(&two, Some("mlx5_1"), Some(0)), Ok(1));
+        let e = select_device(&two, Some("mlx5_7"), Some(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device mlx5_7 is not served here; this responder serves mlx5_0, mlx5_1"
+        );
+    }
+
+    #[test]
+    fn a_rail_picks_the_device_on_it_and_a_rail_nobody_serves_is_refused() {
+        let two = served(&[("mlx5_0", Some(0)), ("mlx5_1", Some(1))]);
+        assert_eq!(select_device(&two, None, Some(0)), Ok(0));
+        assert_eq!(select_device(&two, None, Some(1)), Ok(1));
+        let e = select_device(&two, None, Some(3)).unwrap_err();
+        assert_eq!(
+            e,
+            SelectError::NoRail {
+                rail: 3,
+                rails: vec![0, 1]
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "no device on rail 3; this responder serves rails 0, 1"
+        );
+        let one = served(&[("rxe0", Some(2))]);
+        assert_eq!(
+            select_device(&one, None, Some(0)).unwrap_err().to_string(),
+            "no device on rail 0; this responder serves rail 2"
+        );
+        let no_rails = served(&[("rxe0", None)]);
+        assert_eq!(
+            select_device(&no_rails, None, Some(0))
+                .unwrap_err()
+                .to_string(),
+            "no device on rail 0; this responder's devices have no rail (ask without one)"
+        );
+    }
+
+    #[test]
+    fn neither_device_nor_rail_gets_the_first_device() {
+        let two = served(&[("rxe1", Some(5)), ("rxe0", Some(4))]);
+        assert_eq!(select_device(&two, None, None), Ok(0));
+        assert_eq!(select_device(&served(&[("rxe0", None)]), None, None), Ok(0));
+        assert_eq!(select_device(&[], None, None), Err(SelectError::Empty));
+        assert_eq!(
+            select_device(&[], Some("rxe0"), Some(1)),
+            Err(SelectError::Empty)
+        );
+    }
+
+    #[test]
+    fn a_device_or_rail_is_served_once() {
+        let served = [("mlx5_0", 1, Some(0)), ("mlx5_1", 1, Some(1))];
+        assert!(check_distinct(&served, ("mlx5_2", 1, Some(2))).is_ok());
+        // Another port of a served device is another device.
+        assert!(check_distinct(&served, ("mlx5_0", 2, Some(2))).is_ok());
+        let e = check_distinct(&served, ("mlx5_1", 1, Some(2))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device mlx5_1 port 1 is listed twice; serve each device once"
+        );
+        let e = check_distinct(&served, ("mlx5_2", 1, Some(0))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rail 0 is given to both mlx5_0 and mlx5_2; each rail has one device"
+        );
+        // Devices without rails do not collide on "no rail".
+        let plain = [("rxe0", 1, None)];
+        assert!(check_distinct(&plain, ("rxe1", 1, None)).is_ok());
     }
 
     /// What the responder's memory holds after a burst: the last write to each slot.

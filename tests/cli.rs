@@ -188,6 +188,8 @@ fn subcommand_help_teaches_units_defaults_and_examples() {
         "--psk-file",
         "--no-auth",
         "--json",
+        "--peer-rail <N>",
+        "the responder's first device",
     ] {
         assert!(
             r.stdout.contains(needle),
@@ -205,6 +207,8 @@ fn subcommand_help_teaches_units_defaults_and_examples() {
         "[default: 5m]",
         "[default: 64MiB]",
         "SIGTERM",
+        "--device <NAME[:RAIL]>",
+        "--device mlx5_0:0 --device mlx5_1:1",
     ] {
         assert!(
             r.stdout.contains(needle),
@@ -447,6 +451,11 @@ fn responder_refuses_bad_limits() {
         (&["--listen", "not-an-address"], "--listen"),
         (&["--metrics-listen", "9587"], "--metrics-listen"),
         (&["--port", "0"], "--port"),
+        (&["--device", "mlx5_0:zero"], "NAME:RAIL"),
+        (
+            &["--device", "a:0", "--device", "b:0"],
+            "rail 0 is given to both a and b",
+        ),
     ] {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);

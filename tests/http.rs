@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 #[path = "common/promtool.rs"]
 mod promtool;
 
-use rdma_probe_exporter::http::{self, Readiness};
+use rdma_probe_exporter::http;
 use rdma_probe_exporter::metrics::{Metrics, SessionResult};
+use rdma_probe_exporter::readiness::Readiness;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -61,7 +62,7 @@ async fn start() -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let metrics = Metrics::for_exporter();
-    let readiness = Readiness::default();
+    let readiness = Readiness::new();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(http::serve(
         listener,
@@ -87,12 +88,44 @@ async fn health_readiness_and_unknown_paths() {
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
     let ready = get(server.addr, "/readyz", None).await;
     assert_eq!(ready.status, 503, "not ready before the device is open");
-    server.readiness.set(true);
-    assert_eq!(get(server.addr, "/readyz", None).await.status, 200);
+    assert!(ready.body.starts_with("not ready:\n"), "{}", ready.body);
+    server.readiness.condition("device rxe0 port 1").set(true);
+    let ready = get(server.addr, "/readyz", None).await;
+    assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
     assert_eq!(get(server.addr, "/no-such-page", None).await.status, 404);
     let index = get(server.addr, "/", None).await;
     assert_eq!(index.status, 200);
     assert!(index.body.contains("href=\"/metrics\""), "{}", index.body);
+    server.stop.send(()).unwrap();
+    server.task.await.unwrap().expect("clean shutdown");
+}
+
+/// One line per condition that does not hold, and none for those that do.
+#[tokio::test]
+async fn readiness_names_what_is_not_ready() {
+    let server = start().await;
+    let rxe0 = server.readiness.condition("device rxe0 port 1");
+    let rxe1 = server.readiness.condition("device rxe1 port 1");
+    rxe0.set(true);
+    rxe1.set_not_ready("port is down, not active");
+    let ready = get(server.addr, "/readyz", None).await;
+    assert_eq!(ready.status, 503);
+    assert_eq!(
+        ready.body, "not ready:\ndevice rxe1 port 1: port is down, not active\n",
+        "{}",
+        ready.body
+    );
+    rxe1.set(true);
+    let ready = get(server.addr, "/readyz", None).await;
+    assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
+    rxe0.set(false);
+    rxe1.set(false);
+    let ready = get(server.addr, "/readyz", None).await;
+    assert_eq!(ready.status, 503);
+    assert_eq!(
+        ready.body,
+        "not ready:\ndevice rxe0 port 1: not ready\ndevice rxe1 port 1: not ready\n"
+    );
     server.stop.send(()).unwrap();
     server.task.await.unwrap().expect("clean shutdown");
 }
@@ -260,7 +293,7 @@ async fn the_status_page_lists_every_probed_path() {
     let task = tokio::spawn(http::serve_with_status(
         listener,
         metrics,
-        Readiness::default(),
+        Readiness::new(),
         Some(recorder.snapshot()),
         async move {
             let _ = stopped.await;

@@ -128,6 +128,7 @@ fn session_request(u: &mut Unstructured) -> Result<SessionRequest> {
     )?;
     Ok(SessionRequest {
         device,
+        rail: u.arbitrary()?,
         qps,
         message_size,
         region_bytes,

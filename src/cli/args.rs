@@ -24,7 +24,7 @@ use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
 use crate::config::{parse_positive_duration, ByteSize, RateLimit};
 use crate::control::{AuthMode, Psk};
 use crate::prober::{LocalPort, ProbeSettings};
-use crate::responder::ResponderSettings;
+use crate::responder::{ResponderSettings, ServedDevice};
 use crate::verbs::PathMtu;
 
 pub use crate::config::DEFAULT_CONTROL_PORT;
@@ -57,6 +57,9 @@ Examples:
 
   # Serve on one device only, on the storage network's address:
   rdma-probe-exporter responder --listen 10.0.0.1:18516 --device mlx5_0 --psk-file psk
+
+  # Serve one device per rail in one process; a prober on rail 1 gets mlx5_1:
+  rdma-probe-exporter responder --device mlx5_0:0 --device mlx5_1:1 --psk-file psk
 
   # Also let Prometheus scrape the responder's counters and process CPU/memory:
   rdma-probe-exporter responder --psk-file psk --metrics-listen 0.0.0.0:9587
@@ -236,6 +239,87 @@ impl LocalPortArgs {
     }
 }
 
+/// Which local RDMA devices the responder serves.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Local RDMA devices")]
+pub struct ServedDeviceArgs {
+    /// RDMA device to serve, optionally with its rail: mlx5_0 or mlx5_0:0; repeat for each
+    /// device (default: the first device with an active port).
+    ///
+    /// A prober asks for a device by name, or by rail (`probe --peer-rail`, as the exporter
+    /// does); one that asks for neither gets the first --device. Each device and each rail may
+    /// be given once. --port and --gid-index apply to every device.
+    #[arg(
+        long = "device",
+        value_name = "NAME[:RAIL]",
+        value_parser = parse_served_device
+    )]
+    pub devices: Vec<DeviceArg>,
+
+    /// Port number on every device, counting from 1.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub port: u8,
+
+    /// GID table index on every device (default: each port's global IPv4-mapped RoCE v2 GID, as
+    /// ib_write_bw picks).
+    ///
+    /// `devices` lists the GIDs of each port and marks the default one.
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+}
+
+/// One `--device NAME[:RAIL]` of the responder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceArg {
+    pub name: String,
+    pub rail: Option<u16>,
+}
+
+impl ServedDeviceArgs {
+    /// The served devices: one per --device, or the first device with an active port. A device
+    /// or a rail given twice is refused.
+    fn into_served(self, subcommand: &str) -> Result<Vec<ServedDevice>, clap::Error> {
+        let refuse = |message: String| usage_error(subcommand, ErrorKind::ValueValidation, message);
+        for (i, d) in self.devices.iter().enumerate() {
+            let earlier = &self.devices[..i];
+            if earlier.iter().any(|e| e.name == d.name) {
+                return Err(refuse(format!(
+                    "--device {} is given twice; give each device once",
+                    d.name
+                )));
+            }
+            if let Some(rail) = d.rail {
+                if let Some(e) = earlier.iter().find(|e| e.rail == Some(rail)) {
+                    return Err(refuse(format!(
+                        "--device: rail {rail} is given to both {} and {}; each rail has one \
+                         device",
+                        e.name, d.name
+                    )));
+                }
+            }
+        }
+        let local = |device: Option<String>| LocalPort {
+            device,
+            port: self.port,
+            gid_index: self.gid_index,
+        };
+        if self.devices.is_empty() {
+            return Ok(vec![ServedDevice {
+                local: local(None),
+                rail: None,
+            }]);
+        }
+        Ok(self
+            .devices
+            .iter()
+            .map(|d| ServedDevice {
+                local: local(Some(d.name.clone())),
+                rail: d.rail,
+            })
+            .collect())
+    }
+}
+
 /// How the control channel is authenticated; one of the two is required.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Authentication (one of the two is required)")]
@@ -399,7 +483,7 @@ pub struct ResponderArgs {
     pub idle_timeout: Duration,
 
     #[command(flatten)]
-    pub local: LocalPortArgs,
+    pub devices: ServedDeviceArgs,
 
     #[command(flatten)]
     pub auth: AuthArgs,
@@ -585,6 +669,15 @@ pub struct ProbeArgs {
     )]
     pub qp_timeout: u8,
 
+    /// Ask the responder for its device on rail N (as the exporter does) [default: the
+    /// responder's first device].
+    ///
+    /// A responder that serves several devices (`responder --device mlx5_0:0 --device mlx5_1:1`)
+    /// answers with the one on this rail, and refuses the probe when it has none there. The
+    /// report's peer device says which one answered.
+    #[arg(long, value_name = "N", help_heading = "Path")]
+    pub peer_rail: Option<u16>,
+
     #[command(flatten)]
     pub local: LocalPortArgs,
 
@@ -685,12 +778,13 @@ impl ResponderArgs {
         const SUB: &str = "responder";
         let auth = self.auth.into_auth(SUB)?;
         let node_name = self.node.into_node_name(SUB)?;
+        let devices = self.devices.into_served(SUB)?;
         Ok(ResponderAction {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
             settings: ResponderSettings {
                 node_name,
-                local: self.local.into_local_port(),
+                devices,
                 auth,
                 // u32 → usize cannot fail on the 32/64-bit targets RDMA runs on.
                 max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
@@ -743,7 +837,7 @@ impl ProbeArgs {
                 target: self.target,
                 node_name,
                 local: self.local.into_local_port(),
-                rail: None,
+                rail: self.peer_rail,
                 message_size,
                 length,
                 rate_limit: self.rate_limit,
@@ -846,6 +940,22 @@ fn parse_mtu(s: &str) -> Result<u32, String> {
         })
 }
 
+/// A responder's `--device`: `NAME` or `NAME:RAIL` (a rail number from 0 to 65535).
+fn parse_served_device(s: &str) -> Result<DeviceArg, String> {
+    const FORMS: &str = "expected NAME or NAME:RAIL, e.g. mlx5_0 or mlx5_0:0";
+    let (name, rail) = match s.rsplit_once(':') {
+        None => (s, None),
+        Some((name, rail)) => {
+            let rail = rail
+                .parse::<u16>()
+                .map_err(|_| format!("rail {rail:?} is not a number from 0 to 65535; {FORMS}"))?;
+            (name, Some(rail))
+        }
+    };
+    let name = parse_name(name).map_err(|e| format!("device name {e}; {FORMS}"))?;
+    Ok(DeviceArg { name, rail })
+}
+
 /// Names (devices, nodes): non-empty, printable, no whitespace.
 fn parse_name(s: &str) -> Result<String, String> {
     if s.is_empty() {
@@ -938,6 +1048,7 @@ mod tests {
         assert_eq!(s.timeout, Duration::from_secs(10));
         assert_eq!(s.local.port, 1);
         assert!(matches!(s.auth, AuthMode::None));
+        assert_eq!(s.rail, None, "no rail: the responder's first device");
         // 64 KiB > 8 KiB: every WR signaled, as perftest.
         assert_eq!(p.plan.cq_mod(), 1);
         assert!(!p.json);
@@ -970,6 +1081,8 @@ mod tests {
             "2",
             "--gid-index",
             "3",
+            "--peer-rail",
+            "5",
             "--json",
         ])
         .unwrap();
@@ -980,6 +1093,7 @@ mod tests {
         assert_eq!((s.qps, s.tx_depth, s.cq_mod), (4, 64, Some(8)));
         assert_eq!(s.mtu, Some(1024));
         assert_eq!((s.traffic_class, s.service_level), (106, 3));
+        assert_eq!(s.rail, Some(5));
         assert_eq!(
             s.local,
             LocalPort {
@@ -1044,6 +1158,10 @@ mod tests {
         assert!(e.contains("--port"), "{e}");
         let e = err(&["--device", ""]);
         assert!(e.contains("--device"), "{e}");
+        let e = err(&["--peer-rail", "65536"]);
+        assert!(e.contains("--peer-rail"), "{e}");
+        let e = err(&["--peer-rail", "one"]);
+        assert!(e.contains("--peer-rail"), "{e}");
     }
 
     #[test]
@@ -1194,7 +1312,17 @@ mod tests {
         assert_eq!(r.settings.max_sessions, 2);
         assert_eq!(r.settings.max_pinned_bytes, 512 << 20);
         assert_eq!(r.settings.idle_timeout, Duration::from_secs(300));
-        assert_eq!(r.settings.local.device.as_deref(), Some("rxe0"));
+        assert_eq!(
+            r.settings.devices,
+            vec![ServedDevice {
+                local: LocalPort {
+                    device: Some("rxe0".into()),
+                    port: 1,
+                    gid_index: None
+                },
+                rail: None
+            }]
+        );
 
         for bad in [
             &["--max-sessions", "0"][..],
@@ -1207,6 +1335,78 @@ mod tests {
             let e = parse(&args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
             assert!(e.to_string().contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
+
+    fn responder(extra: &[&str]) -> Result<ResponderAction, clap::Error> {
+        let mut args = vec!["responder", "--no-auth", "--node", "b"];
+        args.extend_from_slice(extra);
+        match parse(&args)?.1 {
+            Action::Responder(r) => Ok(r),
+            other => panic!("expected responder, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn responder_serves_every_device_given() {
+        let served = |device: Option<&str>, port, gid_index, rail| ServedDevice {
+            local: LocalPort {
+                device: device.map(Into::into),
+                port,
+                gid_index,
+            },
+            rail,
+        };
+        // No --device: the first device with an active port, on no rail.
+        let r = responder(&[]).unwrap();
+        assert_eq!(r.settings.devices, vec![served(None, 1, None, None)]);
+        let r = responder(&[
+            "--device",
+            "mlx5_0:0",
+            "--device",
+            "mlx5_1:1",
+            "--device",
+            "mlx5_2",
+            "--port",
+            "2",
+            "--gid-index",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(
+            r.settings.devices,
+            vec![
+                served(Some("mlx5_0"), 2, Some(3), Some(0)),
+                served(Some("mlx5_1"), 2, Some(3), Some(1)),
+                served(Some("mlx5_2"), 2, Some(3), None),
+            ]
+        );
+        let r = responder(&["--device", "rxe0:65535"]).unwrap();
+        assert_eq!(r.settings.devices[0].rail, Some(65535));
+    }
+
+    #[test]
+    fn responder_devices_are_checked() {
+        for (bad, needle) in [
+            (&["--device", "mlx5_0:x"][..], "rail \"x\" is not a number"),
+            (&["--device", "mlx5_0:65536"], "from 0 to 65535"),
+            (&["--device", "mlx5_0:"], "NAME:RAIL"),
+            (&["--device", ":1"], "device name must not be empty"),
+            (&["--device", ""], "device name must not be empty"),
+            (
+                &["--device", "rxe0", "--device", "rxe0:1"],
+                "rxe0 is given twice",
+            ),
+            (
+                &["--device", "mlx5_0:1", "--device", "mlx5_1:1"],
+                "rail 1 is given to both mlx5_0 and mlx5_1",
+            ),
+        ] {
+            let e = responder(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+            let msg = e.to_string();
+            assert!(msg.contains("--device"), "{bad:?}: {msg}");
+            assert!(msg.contains(needle), "{bad:?}: {msg}");
         }
     }
 

@@ -15,8 +15,9 @@ use tracing_subscriber::EnvFilter;
 use super::args::{Action, LogFormat, Logging, ProbeAction, ResponderAction};
 use super::report::{self, ReportHeader};
 use crate::config::Config;
-use crate::http::{self, Readiness};
+use crate::http;
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::{exporter, prober, responder, verbs};
 
 /// Installs the global tracing subscriber: stderr, text (colored only on a terminal) or JSON
@@ -157,7 +158,7 @@ async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {} (--listen)", action.listen))?;
     let metrics = Metrics::new();
-    let readiness = Readiness::default();
+    let readiness = Readiness::new();
     // One signal ends both servers.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -203,6 +203,7 @@ pub(crate) mod tests {
             Message::AuthOk,
             Message::SessionRequest(SessionRequest {
                 device: Some("mlx5_0".into()),
+                rail: Some(3),
                 qps: 2,
                 message_size: 65536,
                 region_bytes: 1 << 20,
@@ -214,6 +215,7 @@ pub(crate) mod tests {
             }),
             Message::SessionRequest(SessionRequest {
                 device: None,
+                rail: None,
                 qps: 1,
                 message_size: 1,
                 region_bytes: 1,
@@ -468,6 +470,41 @@ pub(crate) mod tests {
             .expect("a whole frame");
         (request.traffic_class, request.service_level) = (0, 0);
         assert_eq!(decoded, Message::SessionRequest(request));
+    }
+
+    #[test]
+    fn session_request_without_rail_decodes_as_none() {
+        let Message::SessionRequest(mut request) = all_messages()[4].clone() else {
+            unreachable!()
+        };
+        assert_eq!(request.rail, Some(3));
+        let mut json = serde_json::to_value(Message::SessionRequest(request.clone())).unwrap();
+        assert_eq!(json["rail"], 3);
+        let fields = json.as_object_mut().expect("a JSON object");
+        assert!(fields.remove("rail").is_some());
+        let payload = serde_json::to_vec(&json).unwrap();
+        let (decoded, _) = decode(&frame(PROTOCOL_VERSION, 0, &payload))
+            .unwrap()
+            .expect("a whole frame");
+        request.rail = None;
+        assert_eq!(decoded, Message::SessionRequest(request.clone()));
+        // Without a rail the field is not sent at all, so older responders see what they knew.
+        let bytes = encode(&Message::SessionRequest(request)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes[HEADER_LEN..]).unwrap();
+        assert!(json.get("rail").is_none(), "{json}");
+    }
+
+    #[test]
+    fn session_request_rail_round_trips() {
+        for rail in [Some(0), Some(7), Some(u16::MAX), None] {
+            let Message::SessionRequest(mut request) = all_messages()[5].clone() else {
+                unreachable!()
+            };
+            request.rail = rail;
+            let msg = Message::SessionRequest(request);
+            let (back, _) = decode(&encode(&msg).unwrap()).unwrap().unwrap();
+            assert_eq!(back, msg);
+        }
     }
 
     #[test]

@@ -157,8 +157,14 @@ pub const MAX_SERVICE_LEVEL: u8 = 15;
 /// What the prober asks the responder to set up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRequest {
-    /// Responder device to use; `None` lets the responder choose (e.g. by rail).
+    /// Responder device to use; `None` lets the responder choose (by `rail`, else its first
+    /// device).
     pub device: Option<String>,
+    /// The rail whose device should answer (the prober's own rail), when `device` is not named.
+    /// Absent (a prober from before this field, or one with no rail): the responder's first
+    /// device. See docs/architecture.md, "One probe, end to end".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<u16>,
     /// Number of QPs (1..=[`MAX_QPS`]); `endpoints` has one entry per QP.
     pub qps: u32,
     /// Bytes per RDMA WRITE.

@@ -31,10 +31,11 @@ use tokio::sync::{mpsc, watch as signal};
 
 use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
-use crate::http::{self, ExporterPages, Readiness};
+use crate::http::{self, ExporterPages};
 use crate::metrics::Metrics;
 use crate::prober::ProbeError;
-use crate::responder::{self, ResponderSettings};
+use crate::readiness::Readiness;
+use crate::responder::{self, ResponderSettings, ServedDevice};
 use crate::schedule::{seed_from_name, ScheduleConfig, Scheduler};
 use crate::verbs::VerbsError;
 
@@ -125,6 +126,8 @@ pub async fn run(
     drop(finished);
 
     let readiness = Readiness::default();
+    // Set once the config's paths are scheduled; the responder adds one per served device.
+    let probing = readiness.condition("exporter: config loaded, paths scheduled");
     let stopped = |mut rx: signal::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -168,6 +171,7 @@ pub async fn run(
         events,
     })
     .await;
+    probing.set(true);
     // The responder ending on its own (its device failed) ends the exporter too.
     let mut responder_task = responder_task;
     let responder_result = tokio::select! {
@@ -175,6 +179,7 @@ pub async fn run(
         r = &mut responder_task => Some(r),
     };
 
+    probing.set(false);
     let _ = stop.send(true);
     watcher.abort();
     let workers_done = async {
@@ -238,7 +243,13 @@ fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
 fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> ResponderSettings {
     ResponderSettings {
         node_name: config.node().to_owned(),
-        local: devices[0].local_port(),
+        devices: devices
+            .iter()
+            .map(|d| ServedDevice {
+                local: d.local_port(),
+                rail: d.rail,
+            })
+            .collect(),
         auth,
         max_sessions: MAX_SESSIONS,
         max_pinned_bytes: MAX_PINNED_BYTES,

@@ -6,8 +6,6 @@
 pub mod status;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -22,25 +20,11 @@ use crate::exporter::ReloadRequest;
 
 use crate::metrics::probe::PathSnapshot;
 use crate::metrics::{Format, Metrics};
+use crate::readiness::Readiness;
 
 #[derive(Debug, Error)]
 #[error("serving HTTP: {0}")]
 pub struct HttpError(#[source] std::io::Error);
-
-/// Whether the exporter can do its job yet (its RDMA device is open); `/readyz` answers 503
-/// until then, so a rollout waits for a node whose device is still coming up.
-#[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
-
-impl Readiness {
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
-    }
-
-    pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
 
 #[derive(Clone)]
 struct AppState {
@@ -188,15 +172,20 @@ async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.readiness.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the RDMA device is not open or its port is not ACTIVE\n",
-        )
+/// 200 `ready` when every readiness condition holds; else 503 with `not ready:` and one line per
+/// condition that does not (e.g. `device rxe1 port 1: port is down`): which device holds the
+/// node back.
+async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
+    let not_ready = state.readiness.not_ready();
+    if not_ready.is_empty() {
+        return (StatusCode::OK, "ready\n".to_owned());
     }
+    let mut body = String::from("not ready:\n");
+    for line in not_ready {
+        body.push_str(&line);
+        body.push('\n');
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body)
 }
 
 async fn index(State(state): State<AppState>) -> Html<String> {
@@ -221,6 +210,6 @@ const INDEX: &str = concat!(
     "</h1><ul>",
     "<li><a href=\"/metrics\">/metrics</a>: for Prometheus</li>",
     "<li><a href=\"/healthz\">/healthz</a>: the process answers</li>",
-    "<li><a href=\"/readyz\">/readyz</a>: the RDMA device is open</li>",
+    "<li><a href=\"/readyz\">/readyz</a>: every RDMA device is open and its port ACTIVE</li>",
     "</ul>\n"
 );

@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdma_probe_exporter::http::{self, Readiness};
+use rdma_probe_exporter::http;
 use rdma_probe_exporter::metrics::probe::{
     BurstFigures, DeferReason, PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
 };
 use rdma_probe_exporter::metrics::Metrics;
+use rdma_probe_exporter::readiness::Readiness;
 use rdma_probe_exporter::reason::ErrorReason;
 use scraper::{ElementRef, Html, Selector};
 use tokio::net::TcpListener;

@@ -1,27 +1,35 @@
-# The demo: every node runs the responder (with /metrics); each node probes the next one
-# (node1->node2, node2->node3, node3->node1) with stock ib_write_bw and with our probe, one pair
-# at a time; then each node scrapes its own responder's /metrics.
+# The demo, the exporter's main job: first every link is measured with stock ib_write_bw, one
+# pair at a time, for reference; then every node runs the exporter (`run --config` with the lab's
+# config, config/lab.yaml: the other two nodes as peers, itself in the list and skipped) until
+# each of its paths has succeeded and DEMO_SECONDS more, and keeps its /metrics, its status page
+# and its log.
 bin=rdma-probe-exporter
+url=http://127.0.0.1:9587
 N=${DEMO_MESSAGES:-300}
-echo "lab-demo-psk-0123456789abcdef" >/tmp/psk
-$bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
-  --metrics-listen 0.0.0.0:9587 >responder.log 2>&1 &
-lab_wait_listening 18516 || { cat responder.log; exit 1; }
-lab_barrier responders-up
+echo "lab-demo-psk-0123456789abcdef" >/tmp/psk # config/lab.yaml: auth: {psk_file: /tmp/psk}
+lab_barrier booted
 pair() { # pair ROUND CLIENT SERVER
-  local round=$1 client=$2 server=$3
-  lab_perftest_pair "$client" "$server" "$round" -d rxe0 -x 1 -n "$N" -F --report_gbits || return 1
-  if [ "$LAB_NODE" = "$client" ]; then
-    $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \
-      >"probe-$round.txt" 2>&1
-    $bin probe "$(lab_addr "$server"):18516" --device rxe0 --psk-file /tmp/psk --messages "$N" \
-      --json >"probe-$round.json" 2>/dev/null
-  fi
-  lab_barrier "round-$round"
+  lab_perftest_pair "$2" "$3" "$1" -d rxe0 -x 1 -n "$N" -F --report_gbits || return 1
+  lab_barrier "round-$1"
 }
-pair 1 node1 node2 && pair 2 node2 node3 && pair 3 node3 node1
-status=$?
-# What Prometheus would scrape from this node's responder.
-curl -sS --max-time 10 http://127.0.0.1:9587/metrics >metrics.txt
-kill -TERM %1 2>/dev/null
-exit $status
+pair 1 node1 node2 && pair 2 node2 node3 && pair 3 node3 node1 || exit 1
+
+NODE_NAME=$LAB_NODE $bin run --config /mnt/files/lab.yaml >exporter.log 2>&1 &
+exporter=$!
+ok() { curl -sf -o /dev/null --max-time 3 "$url/readyz"; }
+for _ in $(seq 120); do ok && break; sleep 0.5; done
+ok || { cat exporter.log; exit 1; }
+lab_barrier exporters-up
+# Until every path of this node has succeeded once (at most 90 s), then DEMO_SECONDS more.
+start=$SECONDS
+until [ "$(curl -sS --max-time 3 "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 2 ]; do
+  [ $((SECONDS - start)) -ge 90 ] && break
+  sleep 1
+done
+lab_result first_success_seconds $((SECONDS - start))
+sleep "${DEMO_SECONDS:-30}"
+curl -sS --max-time 10 "$url/metrics" >metrics.txt
+curl -sS --max-time 10 "$url/" >status.html
+lab_barrier scraped
+kill -TERM "$exporter"
+wait "$exporter"

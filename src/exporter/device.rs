@@ -86,7 +86,10 @@ impl DeviceWorker {
                     let key = spec.key.clone();
                     let outcome = tokio::select! {
                         biased;
-                        _ = stop.wait_for(|s| *s) => break,
+                        _ = stop.wait_for(|s| *s) => {
+                            tracing::info!(path = %key, "shutting down: ending the running probe");
+                            break;
+                        }
                         outcome = self.probe(*spec, &request) => outcome,
                     };
                     let done = ProbeFinished {

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -45,6 +47,7 @@ pub struct Service {
     failing: BTreeSet<PathKey>,
     workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
     events: mpsc::Sender<ProbeEvent>,
+    /// Scheduler time is measured from here (tokio's clock, so tests can run it paused).
     epoch: Instant,
 }
 
@@ -98,10 +101,7 @@ impl Service {
         tokio::pin!(shutdown);
         loop {
             self.dispatch_due().await;
-            let wake = self
-                .scheduler
-                .wait_until()
-                .map(|t| tokio::time::Instant::from_std(self.epoch + t));
+            let wake = self.scheduler.wait_until().map(|t| self.epoch + t);
             let sleep = async move {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -377,3 +377,6 @@ fn unix_seconds(at: SystemTime) -> f64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+#[cfg(test)]
+mod tests;

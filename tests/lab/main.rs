@@ -8,4 +8,5 @@ mod promtool;
 
 mod baseline;
 mod bench;
+mod exporter;
 mod probe;

@@ -1,0 +1,175 @@
+# Three nodes, each running the exporter (`run --config`) with the other two as peers (and
+# itself in the list, skipped). In one boot:
+#  1. every node's /metrics shows success 1 for both of its paths (scrape kept for promtool);
+#  2. node3's exporter stops (SIGTERM): node1 and node2 show success 0 and rising
+#     errors_total for node3 only, and success 1 again after node3 restarts;
+#  3. node1 reloads: a file without node2 removes node2's series; a broken file keeps the old
+#     config probing with config_reload_success 0 (POST /-/reload answers 400); a good file is
+#     taken with POST /-/reload and SIGHUP leaves the exporter running;
+#  4. node1 probes node2 with 3 s bursts and gets SIGTERM in the middle of one: it exits 0
+#     within 2 s, and node2's responder keeps serving node3.
+bin=rdma-probe-exporter
+url=http://127.0.0.1:9587
+echo "lab-exporter-psk-0123456789abcdef" >/tmp/psk
+config=/tmp/exporter.yaml
+
+# write_config [PEER...]: the exporter's config with these peers (default: all three, this node
+# included: it is skipped). INTERVAL, BURST and DUTY override the schedule. Written to a new file
+# and renamed over the old one, as editors and ConfigMap updates do.
+write_config() {
+  local peers=("$@") p
+  [ ${#peers[@]} -gt 0 ] || peers=(node1 node2 node3)
+  {
+    cat <<EOF
+node: \${NODE_NAME}
+labels: {lab: soft-roce}
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1, rail: 0}
+schedule: {duty_cycle: ${DUTY:-20%}}
+defaults:
+  interval: ${INTERVAL:-4s}
+  jitter: 10%
+  message_size: 16KiB
+  burst: {duration: ${BURST:-150ms}}
+  rate_limit: 20Mbps
+  unpaced_every: 0
+  qp_timeout: 17
+  timeout: 5s
+peers:
+EOF
+    for p in "${peers[@]}"; do echo "  - {name: $p, address: $(lab_addr "$p"):18516, labels: {rack: r$p}}"; done
+  } >"$config.new" && mv "$config.new" "$config"
+}
+
+start_exporter() {
+  NODE_NAME=$LAB_NODE $bin run --config "$config" >>exporter.log 2>&1 &
+  exporter_pid=$!
+}
+# stop_exporter: SIGTERM; sets stop_seconds (to exit) and stop_status.
+stop_exporter() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  kill -TERM "$exporter_pid"
+  wait "$exporter_pid"
+  stop_status=$?
+  t1=$(date +%s.%N)
+  stop_seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+}
+
+scrape() { curl -sS --max-time 5 "$url/metrics"; }
+# value SERIES: the sample of the exact series (labels included); empty when absent.
+value() { scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
+is() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v == w) }'; }
+success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$1\",peer_device=\"rxe0\"}"; }
+# sum FAMILY PEER: the sum of a family's samples of one peer.
+sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
+above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
+no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
+# wait_for DESCRIPTION TIMEOUT_S COMMAND...: until COMMAND succeeds.
+wait_for() {
+  local what=$1 limit=$2 start=$SECONDS
+  shift 2
+  until "$@"; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for: $what" >&2
+      tail -n 30 exporter.log >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; done; }
+
+# 1. All up.
+write_config
+start_exporter
+wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_barrier exporters-up
+t0=$SECONDS
+for p in $(others); do wait_for "success 1 for $p" 120 is "$(success "$p")" 1 || exit 1; done
+lab_result all_up_seconds $((SECONDS - t0))
+scrape >metrics-all-up.txt
+curl -sS --max-time 5 "$url/" >status.html
+curl -sS --max-time 5 "$url/readyz" >readyz.txt
+lab_barrier all-up
+
+# 2. node3's exporter stops and comes back.
+if [ "$LAB_NODE" = node3 ]; then
+  stop_exporter
+  lab_result peer_stop_seconds "$stop_seconds"
+  lab_result peer_stop_status "$stop_status"
+  lab_signal stopped
+  lab_wait_signal node1 outage-seen 180 && lab_wait_signal node2 outage-seen 180 || exit 1
+  start_exporter
+  lab_signal restarted
+else
+  lab_wait_signal node3 stopped 120 || exit 1
+  other=$(others | grep -v node3)
+  errors_before=$(sum rdma_probe_errors_total node3)
+  other_errors_before=$(sum rdma_probe_errors_total "$other")
+  wait_for "success 0 for node3" 60 is "$(success node3)" 0 || exit 1
+  wait_for "errors for node3 rising" 60 above rdma_probe_errors_total node3 $((errors_before + 1)) || exit 1
+  scrape >metrics-peer-down.txt
+  lab_result outage_other_success "$(value "$(success "$other")")"
+  lab_result outage_other_errors_increase $(($(sum rdma_probe_errors_total "$other") - other_errors_before))
+  lab_signal outage-seen
+  lab_wait_signal node3 restarted 180 || exit 1
+  t0=$SECONDS
+  wait_for "success 1 again for node3" 120 is "$(success node3)" 1 || exit 1
+  lab_result recovered_seconds $((SECONDS - t0))
+  scrape >metrics-recovered.txt
+fi
+lab_barrier recovered
+
+# 3. Reloads on node1.
+if [ "$LAB_NODE" = node1 ]; then
+  write_config node1 node3 # node2 removed: the file watcher reloads
+  wait_for "node2's series gone" 30 no_series_of node2 || exit 1
+  scrape >metrics-peer-removed.txt
+  runs_before=$(sum rdma_probe_runs_total node3)
+  echo "peers: [ {name: broken" >"$config.new" && mv "$config.new" "$config"
+  wait_for "config_reload_success 0" 30 is rdma_probe_config_reload_success 0 || exit 1
+  lab_result broken_post_status "$(curl -s -o reload-broken.txt -w '%{http_code}' -X POST "$url/-/reload")"
+  wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
+  scrape >metrics-broken-reload.txt
+  write_config
+  lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST "$url/-/reload")"
+  wait_for "config_reload_success 1" 30 is rdma_probe_config_reload_success 1 || exit 1
+  kill -HUP "$exporter_pid"
+  sleep 2
+  lab_result alive_after_sighup "$(kill -0 "$exporter_pid" 2>/dev/null && echo yes || echo no)"
+  lab_result sighup_logged "$(grep -c 'SIGHUP: reloading' exporter.log)"
+  wait_for "node2 probed again" 60 is "$(success node2)" 1 || exit 1
+fi
+lab_barrier reloads-done
+
+# 4. SIGTERM in the middle of a burst.
+if [ "$LAB_NODE" = node1 ]; then
+  BURST=3s INTERVAL=4s DUTY=100% write_config node2
+  # The first long burst after the reload: once it completed, the next starts about 1 s later
+  # and runs 3 s; SIGTERM 2 s after the completion lands inside it.
+  runs=$(sum rdma_probe_runs_total node2)
+  wait_for "a long burst to node2" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
+  sleep 2
+  stop_exporter
+  lab_result midburst_stop_seconds "$stop_seconds"
+  lab_result midburst_stop_status "$stop_status"
+  lab_result midburst_probe_ended "$(grep -c 'ending the running probe' exporter.log)"
+  lab_signal node1-stopped
+elif [ "$LAB_NODE" = node3 ]; then
+  lab_wait_signal node1 node1-stopped 120 || exit 1
+  runs=$(sum rdma_probe_runs_total node2)
+  wait_for "node2 keeps serving node3" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
+  lab_result node2_serves_after_midburst_stop "$(value "$(success node2)")"
+fi
+lab_barrier midburst-done
+
+# The exporters that still run stop cleanly; their scrape and log stay.
+scrape >metrics-final.txt 2>/dev/null
+if kill -0 "$exporter_pid" 2>/dev/null; then
+  stop_exporter
+  lab_result final_stop_seconds "$stop_seconds"
+  lab_result final_stop_status "$stop_status"
+fi
+exit 0

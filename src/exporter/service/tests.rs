@@ -1,0 +1,309 @@
+//! The service loop with a stand-in device worker that answers probes from a script (no RDMA:
+//! these tests are about what the loop dispatches and what it tells the recorder), on tokio's
+//! paused clock, so intervals of seconds take no time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::burst::BurstReport;
+use crate::metrics::probe::ProbeResult;
+use crate::prober::ProbeOutcome;
+use crate::reason::ErrorReason;
+
+const CONFIG: &str = "
+node: node1
+auth: none
+devices:
+  - {name: rxe0, port: 1, rail: 0}
+schedule: {duty_cycle: 50%}
+defaults:
+  interval: 10s
+  burst: {duration: 100ms}
+  rate_limit: 1Gbps
+peers:
+  - {name: node1, address: 192.0.2.11}
+  - {name: node2, address: 192.0.2.12, labels: {rack: r2}}
+  - {name: node3, address: 192.0.2.13}
+";
+
+/// The stand-in answers every probe of node2 with a success on its device `mlx5_7`, and every
+/// probe of another peer with a `connect` failure (that peer is down).
+async fn scripted_worker(
+    mut commands: mpsc::Receiver<DeviceCommand>,
+    finished: mpsc::Sender<ProbeFinished>,
+) {
+    // Result times on the paused clock.
+    let base = tokio::time::Instant::now();
+    while let Some(command) = commands.recv().await {
+        let DeviceCommand::Probe { spec, .. } = command else {
+            continue;
+        };
+        let outcome = if spec.key.peer == "node2" {
+            ProbeOutcome {
+                report: Some(report()),
+                target_bandwidth_bytes_per_second: Some(125e6),
+                peer_device: Some("mlx5_7".into()),
+                validated: true,
+                ..ProbeOutcome::default()
+            }
+        } else {
+            ProbeOutcome {
+                error: Some(ErrorReason::Connect),
+                message: Some("connection refused".into()),
+                ..ProbeOutcome::default()
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let done = ProbeFinished {
+            key: spec.key.clone(),
+            outcome,
+            at: UNIX_EPOCH + base.elapsed(),
+        };
+        if finished.send(done).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn report() -> BurstReport {
+    BurstReport {
+        bytes: 12_500_000,
+        messages: 190,
+        completions: 190,
+        elapsed: Duration::from_millis(100),
+        bandwidth_bytes_per_second: 125e6,
+        message_rate_per_second: 1900.0,
+        min_window_bandwidth_bytes_per_second: 120e6,
+        window: Duration::from_millis(10),
+        completion_gap_max: Duration::from_millis(2),
+        cpu_seconds: None,
+        per_qp_bandwidth_min_bytes_per_second: None,
+    }
+}
+
+struct Harness {
+    dir: PathBuf,
+    events: mpsc::Receiver<ProbeEvent>,
+    reloads: mpsc::Sender<ReloadRequest>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Harness {
+    async fn start(name: &str) -> Harness {
+        let dir = std::env::temp_dir().join(format!("rpe-service-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config_path = dir.join("config.yaml");
+        std::fs::write(&config_path, CONFIG).unwrap();
+        let config = Config::load(&config_path).unwrap();
+        let crate::config::Devices::Listed(devices) = config.devices().clone() else {
+            panic!("the test config lists its device");
+        };
+        let (commands, commands_rx) = mpsc::channel(16);
+        let (finished, finished_rx) = mpsc::channel(16);
+        tokio::spawn(scripted_worker(commands_rx, finished));
+        let (events, events_rx) = mpsc::channel(1024);
+        let scheduler = Scheduler::new(1, ScheduleConfig::with_duty_cycle(0.5)).unwrap();
+        let service = Service::start(ServiceParts {
+            config_path,
+            config,
+            devices,
+            auth: AuthMode::None,
+            scheduler,
+            workers: BTreeMap::from([("rxe0".to_owned(), commands)]),
+            events,
+        })
+        .await;
+        let (reloads, reloads_rx) = mpsc::channel(4);
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(service.run(finished_rx, reloads_rx, async {
+            let _ = stopped.await;
+        }));
+        Harness {
+            dir,
+            events: events_rx,
+            reloads,
+            _stop: stop,
+        }
+    }
+
+    /// Events until `done` says so (at most 10 minutes of the paused clock).
+    async fn events_until(
+        &mut self,
+        mut done: impl FnMut(&[ProbeEvent]) -> bool,
+    ) -> Vec<ProbeEvent> {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        while !done(&seen) {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(e)) => seen.push(e),
+                other => panic!("events stopped ({other:?}) after {seen:#?}"),
+            }
+        }
+        seen
+    }
+
+    async fn reload(&self, text: &str) -> Result<(), String> {
+        write_atomically(&self.dir.join("config.yaml"), text);
+        let (reply, answer) = oneshot::channel();
+        self.reloads
+            .send(ReloadRequest { reply: Some(reply) })
+            .await
+            .unwrap();
+        answer.await.unwrap()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let new = path.with_extension("new");
+    std::fs::write(&new, text).unwrap();
+    std::fs::rename(new, path).unwrap();
+}
+
+fn completed<'a>(events: &'a [ProbeEvent], peer: &str) -> Vec<(&'a PathLabels, &'a ProbeRecord)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProbeEvent::Completed(l, r) if l.peer == peer => Some((l, r)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn attempts<'a>(events: &'a [ProbeEvent], peer: &str) -> Vec<&'a PathLabels> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProbeEvent::Attempt(l) if l.peer == peer => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
+fn labels(peer: &str, peer_device: &str) -> PathLabels {
+    PathLabels {
+        device: "rxe0".into(),
+        peer: peer.into(),
+        peer_device: peer_device.into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_with() {
+    let mut h = Harness::start("labels").await;
+    let events = h
+        .events_until(|e| completed(e, "node2").len() >= 3 && completed(e, "node3").len() >= 3)
+        .await;
+
+    assert!(
+        matches!(events.first(), Some(ProbeEvent::RetainPaths(_))),
+        "the path set first: {:?}",
+        events.first()
+    );
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: true, .. })));
+    assert!(events.iter().any(|e| matches!(e, ProbeEvent::Info(i)
+        if i.node == [("node".to_owned(), "node1".to_owned())]
+            && i.peers.contains(&vec![("peer".to_owned(), "node2".to_owned()), ("rack".to_owned(), "r2".to_owned())]))));
+    assert!(
+        attempts(&events, "node1").is_empty() && completed(&events, "node1").is_empty(),
+        "the node itself is never probed"
+    );
+
+    // node2: attempted as `unknown`, then every result under the device it answered with, and
+    // the `unknown` series dropped.
+    assert_eq!(
+        attempts(&events, "node2")[0],
+        &labels("node2", UNKNOWN_PEER_DEVICE)
+    );
+    for (l, r) in completed(&events, "node2") {
+        assert_eq!(l, &labels("node2", "mlx5_7"));
+        assert!(matches!(r.result, ProbeResult::Success { .. }), "{r:?}");
+    }
+    assert!(events.iter().any(|e| matches!(e, ProbeEvent::RetainPaths(keep)
+        if keep.contains(&labels("node2", "mlx5_7")) && !keep.contains(&labels("node2", UNKNOWN_PEER_DEVICE)))));
+
+    // node3 never answered: its failures stay under `unknown`, each one counted.
+    for (l, r) in completed(&events, "node3") {
+        assert_eq!(l, &labels("node3", UNKNOWN_PEER_DEVICE));
+        assert!(
+            matches!(
+                &r.result,
+                ProbeResult::Failure {
+                    reason: ErrorReason::Connect,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+    }
+    // Each device's schedule figures follow its bursts.
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ProbeEvent::Schedule(f) if f.device == "rxe0" && f.paths == 2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_path_is_probed_once_per_interval_not_faster() {
+    let mut h = Harness::start("interval").await;
+    let events = h.events_until(|e| completed(e, "node3").len() >= 6).await;
+    let node3 = completed(&events, "node3");
+    let times: Vec<f64> = node3.iter().map(|(_, r)| r.at_unix_seconds).collect();
+    // Probes 2..6 (after the random first phase) come 10 s ± 10% jitter apart.
+    for pair in times[1..].windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= 8.9,
+            "a failing path retried after {gap} s: {times:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_removes_a_peers_paths_and_a_broken_file_changes_nothing() {
+    let mut h = Harness::start("reload").await;
+    h.events_until(|e| !completed(e, "node2").is_empty() && !completed(e, "node3").is_empty())
+        .await;
+
+    // Without node3: its path leaves the set the recorder keeps, and is not probed again.
+    let without_node3 = CONFIG.replace("  - {name: node3, address: 192.0.2.13}\n", "");
+    h.reload(&without_node3)
+        .await
+        .expect("a good file is taken");
+    let events = h.events_until(|e| completed(e, "node2").len() >= 3).await;
+    let retained = events
+        .iter()
+        .find_map(|e| match e {
+            ProbeEvent::RetainPaths(keep) => Some(keep.clone()),
+            _ => None,
+        })
+        .expect("the reload tells the recorder which paths stay");
+    assert_eq!(
+        retained.into_iter().collect::<Vec<_>>(),
+        vec![labels("node2", "mlx5_7")]
+    );
+    assert!(attempts(&events, "node3").is_empty(), "{events:#?}");
+
+    // A broken file: refused with its error, the old config keeps probing.
+    let error = h.reload("peers: [ {name: broken").await.unwrap_err();
+    assert!(error.contains("config.yaml"), "{error}");
+    let events = h.events_until(|e| completed(e, "node2").len() >= 2).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: false, .. })),
+        "{events:#?}"
+    );
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: true, .. })));
+    assert!(attempts(&events, "node3").is_empty());
+}

@@ -1,0 +1,184 @@
+//! The exporter (`run --config`) on three lab nodes: every path measured and exported, a peer
+//! that goes away and comes back, reloads (a removed peer, a broken file), and SIGTERM in the
+//! middle of a burst (lab/scenarios/exporter.sh).
+
+use std::collections::BTreeMap;
+
+use crate::promtool;
+use crate::support::{self, LabRun};
+
+const BIN: &str = "target/release/rdma-probe-exporter";
+const NODES: [&str; 3] = ["node1", "node2", "node3"];
+
+/// Samples of a classic-format scrape, by series text (name and labels).
+fn samples(scrape: &str) -> BTreeMap<String, f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(series, v)| Some((series.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
+fn path(family: &str, peer: &str) -> String {
+    format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\"}}")
+}
+
+/// The sum of a family's samples whose labels name `peer`.
+fn sum_for_peer(samples: &BTreeMap<String, f64>, family: &str, peer: &str) -> f64 {
+    let prefix = format!("{family}{{");
+    let label = format!("peer=\"{peer}\"");
+    samples
+        .iter()
+        .filter(|(s, _)| s.starts_with(&prefix) && s.contains(&label))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn result(run: &LabRun, node: &str, key: &str) -> String {
+    run.results(node)
+        .get(key)
+        .cloned()
+        .unwrap_or_else(|| panic!("{node} recorded no {key}:\n{}", run.log(node)))
+}
+
+fn seconds(run: &LabRun, node: &str, key: &str) -> f64 {
+    result(run, node, key)
+        .parse()
+        .unwrap_or_else(|e| panic!("{node} {key}: {e}"))
+}
+
+#[test]
+fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
+    let run = support::run("exporter", 3, "exporter.sh", &[BIN.as_ref()], 900);
+    run.assert_success();
+
+    // 1. Every node: success 1 and bandwidth > 0 for both of its paths; promtool-clean.
+    for node in NODES {
+        let scrape = run.file(node, "metrics-all-up.txt");
+        promtool::assert_promtool_accepts(&scrape);
+        let s = samples(&scrape);
+        for peer in NODES.iter().filter(|p| **p != node) {
+            assert_eq!(
+                s.get(&path("rdma_probe_success", peer)),
+                Some(&1.0),
+                "{node}->{peer}\n{scrape}"
+            );
+            let bandwidth = s[&path("rdma_probe_bandwidth_bytes_per_second", peer)];
+            let target = s[&path("rdma_probe_target_bandwidth_bytes_per_second", peer)];
+            assert!(bandwidth > 0.0, "{node}->{peer}: {bandwidth}");
+            assert_eq!(
+                target,
+                20e6 / 8.0,
+                "{node}->{peer}: the rate limit is the target"
+            );
+            eprintln!(
+                "{node}->{peer}: {:.3} Mb/s paced at {:.0} Mb/s",
+                bandwidth * 8e-6,
+                target * 8e-6
+            );
+        }
+        assert!(
+            s.keys().all(|k| !k.starts_with("rdma_probe_success")
+                || !k.contains(&format!("peer=\"{node}\""))),
+            "{node} has no path to itself:\n{scrape}"
+        );
+        assert_eq!(s.get("rdma_probe_config_reload_success"), Some(&1.0));
+        assert_eq!(
+            s.get(&format!(
+                "rdma_probe_node_info{{node=\"{node}\",lab=\"soft-roce\"}}"
+            )),
+            Some(&1.0),
+            "{scrape}"
+        );
+        assert_eq!(run.file(node, "readyz.txt").trim(), "ready");
+        let status = run.file(node, "status.html");
+        for peer in NODES.iter().filter(|p| **p != node) {
+            assert!(
+                status.contains(peer),
+                "status page of {node} lists {peer}:\n{status}"
+            );
+        }
+        eprintln!(
+            "{node}: all paths up {} s after start",
+            result(&run, node, "all_up_seconds")
+        );
+    }
+
+    // 2. node3's exporter stopped: node1 and node2 see it fail (only it), then recover.
+    assert_eq!(result(&run, "node3", "peer_stop_status"), "0");
+    for node in ["node1", "node2"] {
+        let scrape = run.file(node, "metrics-peer-down.txt");
+        promtool::assert_promtool_accepts(&scrape);
+        let s = samples(&scrape);
+        assert_eq!(
+            s.get(&path("rdma_probe_success", "node3")),
+            Some(&0.0),
+            "{scrape}"
+        );
+        let errors = sum_for_peer(&s, "rdma_probe_errors_total", "node3");
+        assert!(errors >= 2.0, "{node}: errors for node3 {errors}\n{scrape}");
+        assert_eq!(result(&run, node, "outage_other_success"), "1", "{node}");
+        assert_eq!(
+            result(&run, node, "outage_other_errors_increase"),
+            "0",
+            "{node}"
+        );
+        let recovered = run.file(node, "metrics-recovered.txt");
+        assert_eq!(
+            samples(&recovered).get(&path("rdma_probe_success", "node3")),
+            Some(&1.0)
+        );
+        eprintln!(
+            "{node}: node3 down -> {errors} errors ({}), recovered {} s after its restart",
+            s.keys()
+                .filter(|k| k.starts_with("rdma_probe_errors_total") && k.contains("node3"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
+            result(&run, node, "recovered_seconds")
+        );
+    }
+
+    // 3. Reloads on node1.
+    let removed = run.file("node1", "metrics-peer-removed.txt");
+    promtool::assert_promtool_accepts(&removed);
+    assert!(
+        !removed.contains("peer=\"node2\",peer_device"),
+        "node2's path series are gone:\n{removed}"
+    );
+    assert!(removed.contains(&path("rdma_probe_success", "node3")));
+    let broken = samples(&run.file("node1", "metrics-broken-reload.txt"));
+    assert_eq!(broken.get("rdma_probe_config_reload_success"), Some(&0.0));
+    assert_eq!(broken.get(&path("rdma_probe_success", "node3")), Some(&1.0));
+    assert_eq!(result(&run, "node1", "broken_post_status"), "400");
+    let why = run.file("node1", "reload-broken.txt");
+    assert!(
+        why.contains("exporter.yaml"),
+        "the refusal names the file: {why}"
+    );
+    assert_eq!(result(&run, "node1", "good_post_status"), "200");
+    assert_eq!(result(&run, "node1", "alive_after_sighup"), "yes");
+    assert_eq!(result(&run, "node1", "sighup_logged"), "1");
+
+    // 4. SIGTERM during a 3 s burst: exit 0 within 2 s; node2 keeps serving node3.
+    let stop = seconds(&run, "node1", "midburst_stop_seconds");
+    assert_eq!(result(&run, "node1", "midburst_stop_status"), "0");
+    assert_eq!(
+        result(&run, "node1", "midburst_probe_ended"),
+        "1",
+        "the SIGTERM landed in a burst:\n{}",
+        run.file("node1", "exporter.log")
+    );
+    assert!(stop < 2.0, "SIGTERM mid-burst to exit: {stop} s");
+    assert_eq!(
+        result(&run, "node3", "node2_serves_after_midburst_stop"),
+        "1"
+    );
+    eprintln!(
+        "SIGTERM mid-burst: exit 0 after {stop:.3} s; idle stops: node3 {} s, final {} / {} s",
+        result(&run, "node3", "peer_stop_seconds"),
+        result(&run, "node2", "final_stop_seconds"),
+        result(&run, "node3", "final_stop_seconds"),
+    );
+}

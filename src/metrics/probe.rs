@@ -919,7 +919,7 @@ mod tests {
     /// deferral) and prints the time and series count; asserts only that every path is there.
     /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
     #[test]
-    #[ignore = "benchmark: run by hand or from scripts/bench-metrics"]
+    #[ignore = "benchmark: run by hand, see its doc comment"]
     fn render_1000_paths() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());

@@ -23,23 +23,11 @@ use crate::control::{
 use crate::metrics::process::process_cpu_seconds;
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
 
 /// Default memory budget of a session's regions on each end (see
 /// [`ProbeSettings::max_session_bytes`]).
 pub const DEFAULT_MAX_SESSION_BYTES: u64 = 64 << 20;
-
-/// Which local RDMA port a session uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalPort {
-    /// Device name (`mlx5_0`, `rxe0`); `None` picks the first device with an ACTIVE port.
-    pub device: Option<String>,
-    /// Port number, 1-based.
-    pub port: u8,
-    /// GID table index; `None` selects the global IPv4-mapped RoCE v2 GID (docs/architecture.md,
-    /// "ib_write_bw semantics").
-    pub gid_index: Option<u32>,
-}
 
 /// Everything one probe needs, validated by the caller (the CLI or the exporter's config).
 #[derive(Debug, Clone)]

@@ -29,10 +29,10 @@ use crate::control::{
     RemoteRegion, SessionAccept, SessionRequest,
 };
 use crate::metrics::{ResponderMetrics, SessionResult};
-use crate::prober::LocalPort;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
+use crate::verbs::LocalPort;
 use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
 
 /// One device a responder serves.
@@ -966,7 +966,7 @@ fn check_slots(regions: &[&[u8]], slot_bytes: u64, seed: u64, posted_per_qp: &[u
 mod tests {
     use super::*;
     use crate::control::{client_handshake, connect, QpEndpoint};
-    use crate::prober::LocalPort;
+    use crate::verbs::LocalPort;
 
     fn settings(max_sessions: usize, max_handshakes: usize) -> ResponderSettings {
         ResponderSettings {

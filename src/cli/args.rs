@@ -23,8 +23,9 @@ use crate::burst::{BurstLength, BurstPlan};
 use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
 use crate::config::{parse_positive_duration, ByteSize, RateLimit};
 use crate::control::{AuthMode, Psk};
-use crate::prober::{LocalPort, ProbeSettings};
+use crate::prober::ProbeSettings;
 use crate::responder::{ResponderSettings, ServedDevice};
+use crate::verbs::LocalPort;
 use crate::verbs::PathMtu;
 
 pub use crate::config::DEFAULT_CONTROL_PORT;

@@ -15,7 +15,8 @@ use super::address::HostPort;
 use super::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::burst::{BurstLength, BurstPlan};
 use crate::control::{AuthMode, Psk, PskError};
-use crate::prober::{self, LocalPort};
+use crate::prober;
+use crate::verbs::LocalPort;
 
 /// How often a path is probed, unless configured.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);

@@ -197,7 +197,7 @@ peers:
     let settings = p3.probe().prober_settings(
         p3.address(),
         c.node(),
-        crate::prober::LocalPort {
+        crate::verbs::LocalPort {
             device: Some("rxe0".into()),
             port: 1,
             gid_index: None,

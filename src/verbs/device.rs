@@ -81,6 +81,18 @@ impl PortInfo {
     }
 }
 
+/// Which local RDMA port a session uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalPort {
+    /// Device name (`mlx5_0`, `rxe0`); `None` picks the first device with an ACTIVE port.
+    pub device: Option<String>,
+    /// Port number, 1-based.
+    pub port: u8,
+    /// GID table index; `None` selects the global IPv4-mapped RoCE v2 GID (docs/architecture.md,
+    /// "ib_write_bw semantics").
+    pub gid_index: Option<u32>,
+}
+
 /// Lists every RDMA device with all its ports and GID tables.
 ///
 /// Errors only when there is no usable RDMA stack or no device ([`VerbsError::NoDevice`]); a

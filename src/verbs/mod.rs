@@ -24,7 +24,7 @@ mod qp;
 mod resources;
 mod types;
 
-pub use device::{list_devices, list_devices_filtered, Context, DeviceInfo, PortInfo};
+pub use device::{list_devices, list_devices_filtered, Context, DeviceInfo, LocalPort, PortInfo};
 pub use error::{Resource, Result, VerbsError};
 pub use qp::{
     PathParams, QpCaps, QueuePair, RemoteAddr, RemoteEndpoint, RtsParams, WriteRequest, MAX_PSN,

@@ -1,6 +1,7 @@
 # The exporter's running cost (not run in CI: scripts/bench-exporter runs it, 10+ minutes).
 # node1 runs the exporter with 10 paths: node2 and node3 each serve 5 control ports (their own
-# exporter on 18516, four more responders on 18517..18520 on the same rxe0), and node1 lists each
+# exporter on 18516, four more responders on 18517..18520 on the same rxe0, rail 0 like the
+# exporters'), and node1 lists each
 # port as a peer. node2 and node3 run exporters too, probing node1 and each other, so node1's
 # responder works as in a cluster. Over SOAK_SECONDS (default 600) node1 records:
 #  - its process CPU (user + system) and the CPU of its burst thread (`rdma-burst`), so the CPU
@@ -50,7 +51,7 @@ exporter=$!
 responders=()
 if [ "$LAB_NODE" != node1 ]; then
   for port in 18517 18518 18519 18520; do
-    $bin responder --listen "0.0.0.0:$port" --device rxe0 --psk-file /tmp/psk >"responder-$port.log" 2>&1 &
+    $bin responder --listen "0.0.0.0:$port" --device rxe0:0 --psk-file /tmp/psk >"responder-$port.log" 2>&1 &
     responders+=($!)
   done
   for port in 18516 18517 18518 18519 18520; do lab_wait_listening "$port" || exit 1; done
@@ -113,10 +114,11 @@ case $LAB_NODE in
   node1)
     lab_wait_signal node2 perftest-up || exit 1
     /usr/bin/time -f '%U %S %e' -o perftest-time.txt ib_write_bw -d rxe0 -x 1 -F -s 65536 \
-      -n "$messages" --rate_limit="$rate_mbps" --rate_units=M --rate_limiter=SW --report_gbits \
+      -n "$messages" --rate_limit="$(awk -v m="$rate_mbps" 'BEGIN { print m / 1000 }')" --rate_units=g \
+      --rate_limit_type=SW --burst_size=1 --report_gbits \
       "$(lab_addr node2)" >perftest-client.txt 2>&1
     lab_result perftest_messages "$messages"
-    read -r user sys wall <perftest-time.txt
+    read -r user sys wall < <(tail -n1 perftest-time.txt)
     lab_result perftest_cpu_seconds "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')"
     lab_result perftest_wall_seconds "$wall"
     ;;

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Checks of deploy/check that need more than promtool (standard library only).
+
+  checks.py rules RULES_FILE TEST_FILE...
+      every alert has a severity (page, warning, ticket), a summary, a description and a
+      runbook_url whose anchor is a heading of docs/runbook.md named after the alert; every alert
+      has unit tests that expect it to fire and to stay quiet; every metric a rule reads (in its expression or its
+      annotations' queries) is in the metric contract (docs/metrics.md, docs/schedule.md) or is a recording rule.
+  checks.py dashboards OUT_RULES_FILE DASHBOARD...
+      each dashboard is valid JSON with the required fields, native panels only, the datasource,
+      node, peer and device variables, and data links to existing dashboards; writes every PromQL
+      expression (panel targets, and the selector inside each label_values() variable query),
+      Grafana variables replaced by placeholders, as one recording rule per group named after its
+      dashboard and panel, for `promtool check rules`.
+
+Rules files are read line by line (the generated file's own layout: `- alert:` items with
+`labels:` and `annotations:` below); test files by their alert_rule_test items (an item starts
+at a `- eval_time:`, `- alertname:` or `- exp_alerts:` line).
+"""
+
+import json
+import re
+import sys
+from importlib.machinery import SourceFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SEVERITIES = {"page", "warning", "ticket"}
+# Series Prometheus itself makes, which the contract does not list.
+PROMETHEUS_SERIES = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds",
+                     "scrape_samples_scraped", "scrape_series_added"}
+NATIVE_PANELS = {"row", "timeseries", "stat", "table", "heatmap", "state-timeline", "status-history"}
+REQUIRED_VARIABLES = ("node", "peer", "device")
+METRIC = re.compile(r"(?<![\w:\"'.$])((?:rdma_probe|process)_[a-zA-Z0-9_]*|up|ALERTS|scrape_[a-z_]+)(?![\w:(\"'])")
+
+errors = []
+
+
+def fail(msg):
+    errors.append(msg)
+
+
+def contract_metrics():
+    names = set(PROMETHEUS_SERIES)
+    for doc in ("docs/metrics.md", "docs/schedule.md"):
+        names |= set(re.findall(r"\b((?:rdma_probe|process)_[a-z0-9_]+)", (ROOT / doc).read_text()))
+    return names
+
+
+def check_metric_names(expr, known, where):
+    for name in METRIC.findall(expr):
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        if name not in known and base not in known:
+            fail(f"{where}: metric {name} is not in the contract (docs/metrics.md, docs/schedule.md)")
+
+
+def github_anchors(markdown):
+    anchors = set()
+    for line in markdown.splitlines():
+        m = re.match(r"#{1,6}\s+(.*?)\s*$", line)
+        if m:
+            text = re.sub(r"[^\w\- ]", "", m.group(1).lower())
+            anchors.add(text.replace(" ", "-"))
+    return anchors
+
+
+# ---------------------------------------------------------------- rules
+
+def parse_rules(text):
+    """[(kind, name, body)] for every `- alert:` / `- record:` item of a rules file."""
+    items = []
+    for m in re.finditer(r"^\s*- (alert|record): (\S+)\n(.*?)(?=^\s*- (?:alert|record|name): |\Z)",
+                         text, re.M | re.S):
+        items.append((m.group(1), m.group(2), m.group(3)))
+    return items
+
+
+
+def test_cases(paths):
+    """{alertname: {"firing", "quiet"}} over every alert_rule_test item of the test files."""
+    seen = {}
+    for p in paths:
+        text = Path(p).read_text()
+        starts = [m.start() for m in re.finditer(r"^\s+- (?:eval_time|alertname|exp_alerts):", text, re.M)]
+        for i, s in enumerate(starts):
+            item = text[s:starts[i + 1] if i + 1 < len(starts) else len(text)]
+            name = re.search(r"alertname: (\S+)", item)
+            exp = re.search(r"exp_alerts:(.*)", item)
+            if not name or not exp:
+                continue
+            kind = "quiet" if exp.group(1).strip() == "[]" else "firing"
+            seen.setdefault(name.group(1), set()).add(kind)
+    return seen
+
+
+def check_rules(rules_file, tests):
+    text = Path(rules_file).read_text()
+    items = parse_rules(text)
+    known = contract_metrics() | {n for k, n, _ in items if k == "record"}
+    anchors = github_anchors((ROOT / "docs/runbook.md").read_text())
+    cases = test_cases(tests)
+    alerts = [(n, b) for k, n, b in items if k == "alert"]
+    if not alerts:
+        fail(f"{rules_file}: no alerts found")
+    for kind, name, body in items:
+        # The expression and the annotations' queries.
+        check_metric_names(body, known, f"{rules_file}: {kind} {name}")
+    for name, body in alerts:
+        where = f"{rules_file}: alert {name}"
+        sev = re.search(r"^\s*severity: (\S+)", body, re.M)
+        if not sev or sev.group(1) not in SEVERITIES:
+            fail(f"{where}: severity must be one of {', '.join(sorted(SEVERITIES))}")
+        for key in ("summary", "description"):
+            if not re.search(rf"^\s*{key}: \S", body, re.M):
+                fail(f"{where}: no {key} annotation")
+        url = re.search(r"^\s*runbook_url: \"?([^\"\s]+)", body, re.M)
+        if not url:
+            fail(f"{where}: no runbook_url annotation")
+        else:
+            anchor = url.group(1).partition("#")[2]
+            if anchor != name.lower():
+                fail(f"{where}: runbook_url should end in #{name.lower()}, not #{anchor}")
+            elif anchor not in anchors:
+                fail(f"{where}: docs/runbook.md has no heading for #{anchor}")
+        got = cases.get(name, set())
+        for kind in ("firing", "quiet"):
+            if kind not in got:
+                fail(f"{where}: no unit test expects it {'to fire' if kind == 'firing' else 'to stay quiet (exp_alerts: [])'}")
+    for name in cases:
+        if name not in dict(alerts):
+            fail(f"unit tests name an alert the rules do not have: {name}")
+    print(f"deploy/check: {len(alerts)} alerts, {sum(1 for k, _, _ in items if k == 'record')} recording rules: "
+          f"annotations, runbook anchors, unit tests firing and quiet, contract metric names")
+
+
+# ---------------------------------------------------------------- dashboards
+
+DURATION_BUILTINS = {"__rate_interval", "__interval", "__range", "__auto_interval"}
+NUMBER_BUILTINS = {"__range_s", "__range_ms", "__interval_ms"}
+
+
+def substitute(expr, variables, where):
+    """Grafana variables replaced by values that parse: durations, numbers, label values."""
+    def value(name):
+        if name in DURATION_BUILTINS:
+            return "5m"
+        if name in NUMBER_BUILTINS:
+            return "300"
+        if name not in variables:
+            fail(f"{where}: unknown variable ${name}")
+            return "placeholder"
+        return variables[name]
+    expr = re.sub(r"\$\{(\w+)(?::[\w]+)?\}", lambda m: value(m.group(1)), expr)
+    expr = re.sub(r"\[\[(\w+)(?::[\w]+)?\]\]", lambda m: value(m.group(1)), expr)
+    return re.sub(r"\$(\w+)", lambda m: value(m.group(1)), expr)
+
+
+def variable_value(v):
+    if v.get("type") in ("constant", "custom", "textbox"):
+        q = v.get("query", "")
+        return str(q).split(",")[0].strip() or "placeholder"
+    return "placeholder"
+
+
+def variable_promql(q):
+    """The PromQL inside a Prometheus variable query, or None when it has none."""
+    if isinstance(q, dict):
+        q = q.get("query", "")
+    q = (q or "").strip()
+    m = re.fullmatch(r"label_values\((.*),\s*\w+\s*\)", q, re.S)
+    if m:
+        return m.group(1)
+    if re.fullmatch(r"label_values\(\s*\w+\s*\)|label_names\(.*\)|metrics\(.*\)", q, re.S):
+        return None
+    m = re.fullmatch(r"query_result\((.*)\)", q, re.S)
+    return m.group(1) if m else (q or None)
+
+
+def all_panels(panels):
+    for p in panels:
+        yield p
+        yield from all_panels(p.get("panels", []))
+
+
+def check_dashboards(out_rules, paths):
+    known = contract_metrics()
+    rules_text = (ROOT / "deploy/prometheus/rules.yaml").read_text()
+    known |= set(re.findall(r"^\s*- record: (\S+)", rules_text, re.M))
+    loader = SourceFileLoader("generate", str(ROOT / "deploy/prometheus/generate"))
+    generator = module_from_spec(spec_from_loader("generate", loader))
+    loader.exec_module(generator)
+    boards, groups, uids = [], [], {}
+    for path in paths:
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            fail(f"{path}: not valid JSON: {e}")
+            continue
+        boards.append((path, d))
+        for key in ("title", "uid", "panels", "templating", "schemaVersion"):
+            if key not in d:
+                fail(f"{path}: no top-level {key!r}")
+        if not isinstance(d.get("schemaVersion"), int) or d.get("schemaVersion", 0) < 39:
+            fail(f"{path}: schemaVersion must be 39 or later")
+        uid = d.get("uid", "")
+        if not re.fullmatch(r"[\w-]{1,40}", str(uid)):
+            fail(f"{path}: uid must be 1-40 letters, digits, - or _")
+        if uid in uids:
+            fail(f"{path}: uid {uid} is also {uids[uid]}'s")
+        uids[uid] = path
+    for path, d in boards:
+        tvars = d.get("templating", {}).get("list", [])
+        names = {v.get("name"): v for v in tvars}
+        ds = names.get("datasource")
+        if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
+            fail(f"{path}: no Prometheus datasource variable named 'datasource'")
+        for name in REQUIRED_VARIABLES:
+            if name not in names:
+                fail(f"{path}: no template variable {name!r}")
+        values = {n: variable_value(v) for n, v in names.items()}
+        if "degraded_ratio" in names:
+            want = str(generator.THRESHOLDS["degraded_ratio"])
+            if values["degraded_ratio"] != want:
+                fail(f"{path}: constant degraded_ratio is {values['degraded_ratio']}, the rules' "
+                     f"(deploy/prometheus/generate) {want}")
+        for v in tvars:
+            if v.get("type") != "query":
+                continue
+            where = f"{path}: variable {v.get('name')}"
+            if v.get("datasource", {}).get("uid") != "${datasource}":
+                fail(f"{where}: datasource must be ${{datasource}}")
+            promql = variable_promql(v.get("query"))
+            if promql:
+                check_metric_names(promql, known, where)
+                groups.append((where, substitute(promql, values, where)))
+        ids = set()
+        for p in all_panels(d.get("panels", [])):
+            where = f"{path}: panel {p.get('id')} {p.get('title', '?')!r}"
+            if p.get("type") not in NATIVE_PANELS:
+                fail(f"{where}: type {p.get('type')!r} is not one of {', '.join(sorted(NATIVE_PANELS))}")
+            if p.get("id") in ids:
+                fail(f"{where}: id {p.get('id')} used twice")
+            ids.add(p.get("id"))
+            if "gridPos" not in p:
+                fail(f"{where}: no gridPos")
+            if p.get("type") == "row":
+                continue
+            if p.get("datasource", {}).get("uid") != "${datasource}":
+                fail(f"{where}: datasource must be ${{datasource}}")
+            links = [l.get("url", "") for l in p.get("fieldConfig", {}).get("defaults", {}).get("links", [])]
+            for url in links:
+                m = re.match(r"/d/([\w-]+)", url)
+                if m and m.group(1) not in uids:
+                    fail(f"{where}: data link to unknown dashboard uid {m.group(1)}")
+            targets = p.get("targets", [])
+            if not targets:
+                fail(f"{where}: no targets")
+            for t in targets:
+                tw = f"{where} (query {t.get('refId', '?')})"
+                if not t.get("expr"):
+                    fail(f"{tw}: no expr")
+                    continue
+                check_metric_names(t["expr"], known, tw)
+                groups.append((tw, substitute(t["expr"], values, tw)))
+    rules = {"groups": [{"name": where, "rules": [{"record": f"dashboard_expr_{i}", "expr": expr}]}
+                        for i, (where, expr) in enumerate(groups)]}
+    # JSON is YAML: promtool reads it as a rules file.
+    Path(out_rules).write_text(json.dumps(rules, indent=1) + "\n")
+    print(f"deploy/check: {len(boards)} dashboards, {len(groups)} PromQL expressions written for promtool")
+
+
+def main():
+    if len(sys.argv) < 3 or sys.argv[1] not in ("rules", "dashboards"):
+        sys.exit(__doc__)
+    if sys.argv[1] == "rules":
+        check_rules(sys.argv[2], sys.argv[3:])
+    else:
+        check_dashboards(sys.argv[2], sys.argv[3:])
+    for e in errors:
+        print(f"FAIL: {e}", file=sys.stderr)
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -230,7 +230,11 @@ def check_dashboards(out_rules, paths):
             where = f"{path}: variable {v.get('name')}"
             if v.get("datasource", {}).get("uid") != "${datasource}":
                 fail(f"{where}: datasource must be ${{datasource}}")
-            promql = variable_promql(v.get("query"))
+            query = v.get("query")
+            shown = query.get("query") if isinstance(query, dict) else query
+            if v.get("definition", shown) != shown:
+                fail(f"{where}: definition (what the editor shows) differs from the query Grafana runs")
+            promql = variable_promql(query)
             if promql:
                 check_metric_names(promql, known, where)
                 groups.append((where, substitute(promql, values, where)))

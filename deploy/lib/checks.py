@@ -4,8 +4,9 @@
   checks.py rules RULES_FILE TEST_FILE...
       every alert has a severity (page, warning, ticket), a summary, a description and a
       runbook_url whose anchor is a heading of docs/runbook.md named after the alert; every alert
-      has unit tests that expect it to fire and to stay quiet; every metric a rule reads (in its expression or its
-      annotations' queries) is in the metric contract (docs/metrics.md, docs/schedule.md) or is a recording rule.
+      has unit tests that expect it to fire and to stay quiet; every metric a rule reads (in its
+      expression or its annotations' queries) is in the metric contract (docs/metrics.md,
+      docs/schedule.md) or is a recording rule.
   checks.py dashboards OUT_RULES_FILE DASHBOARD...
       each dashboard is valid JSON with the required fields, native panels only, the datasource,
       node, peer and device variables, and data links to existing dashboards; writes every PromQL

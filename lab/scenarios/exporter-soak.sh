@@ -118,7 +118,8 @@ case $LAB_NODE in
       --rate_limit_type=SW --burst_size=1 --report_gbits \
       "$(lab_addr node2)" >perftest-client.txt 2>&1
     lab_result perftest_messages "$messages"
-    read -r user sys wall < <(tail -n1 perftest-time.txt)
+    # (no process substitution: the guest's /dev has no /dev/fd)
+    read -r user sys wall <<<"$(tail -n1 perftest-time.txt)"
     lab_result perftest_cpu_seconds "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')"
     lab_result perftest_wall_seconds "$wall"
     ;;

@@ -595,3 +595,92 @@ fn check_config_names_the_line_and_column_of_an_error() {
     );
     assert_usage_error(&["check-config"], &["FILE"]);
 }
+
+/// A loopback port free a moment ago (the config refuses port 0: peers need a fixed one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A config for `run` on free loopback ports; `devices` as given.
+fn run_config(name: &str, devices: &str) -> PathBuf {
+    let (metrics, control) = (free_port(), free_port());
+    temp_file(
+        name,
+        format!(
+            "node: test\nauth: none\n\
+             listen: {{metrics: 127.0.0.1:{metrics}, control: 127.0.0.1:{control}}}\n\
+             {devices}\npeers:\n  - {{name: peer-a, address: 127.0.0.1:1}}\n"
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn run_reports_a_bad_config_with_its_position_and_starts_nothing() {
+    let file = temp_file(
+        "run-bad.yaml",
+        b"node: test\nauth: none\npeers: [ {name: a\n",
+    );
+    let r = run(&["run", "--config", file.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(r.stderr.contains("run-bad.yaml:"), "{}", r.describe());
+    let missing = run(&["run", "--config", "/nonexistent/rdma-probe.yaml"]);
+    assert_eq!(missing.code(), 1, "{}", missing.describe());
+    assert!(
+        missing.stderr.contains("/nonexistent/rdma-probe.yaml"),
+        "{}",
+        missing.describe()
+    );
+    assert_usage_error(&["run"], &["--config"]);
+}
+
+#[test]
+fn run_without_the_configured_device_fails_clearly_or_stops_gracefully_on_sigterm() {
+    let file = run_config(
+        "run-device.yaml",
+        "devices:\n  - {name: rdma-probe-test-missing0, port: 1}",
+    );
+    let r = run(&["run", "--config", file.to_str().unwrap()]);
+    // No such device on any host: the exporter says which one and exits 1, never panics.
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr.contains("rdma-probe-test-missing0"),
+        "{}",
+        r.describe()
+    );
+
+    // Every active device (the default): none here fails the same way; with one, the exporter
+    // runs until SIGTERM and exits 0.
+    let file = run_config("run-all.yaml", "");
+    let child = command(&["run", "--config", file.to_str().unwrap()])
+        .spawn()
+        .expect("start the binary");
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = child;
+    if child.try_wait().unwrap().is_none() {
+        let kill = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(kill.success());
+        let r = wait_bounded(child, Duration::from_secs(15));
+        r.assert_no_panic();
+        assert_eq!(r.code(), 0, "{}", r.describe());
+        return;
+    }
+    let r = wait_bounded(child, LIMIT);
+    r.assert_no_panic();
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr.contains("error: exporter failed: "),
+        "{}",
+        r.describe()
+    );
+    if !host_has_rdma() {
+        assert!(r.stderr.contains("RDMA"), "{}", r.describe());
+    }
+}

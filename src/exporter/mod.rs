@@ -59,10 +59,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Why the exporter could not start.
 #[derive(Debug, Error)]
 pub enum ExporterError {
+    // The cause is in the message, not a `source`: printed once, not twice in an error chain.
     #[error("reading the pre-shared key: {0}")]
-    Psk(#[from] PskError),
+    Psk(PskError),
     #[error("listing RDMA devices: {0}")]
-    Devices(#[from] VerbsError),
+    Devices(VerbsError),
     #[error("no RDMA device with an ACTIVE port{excluded} (devices: all active in the config)")]
     NoActiveDevice { excluded: String },
     #[error("opening device {device}: {error}")]
@@ -94,7 +95,7 @@ pub async fn run(
     reloads: (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExporterError> {
-    let auth = config.auth().load()?;
+    let auth = config.auth().load().map_err(ExporterError::Psk)?;
     let devices = local_devices(&config)?;
     let schedule = ScheduleConfig::with_duty_cycle(config.schedule().duty_cycle);
     let scheduler = Scheduler::new(seed_from_name(config.node()), schedule)
@@ -214,7 +215,8 @@ fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
     match config.devices() {
         Devices::Listed(devices) => Ok(devices.clone()),
         Devices::AllActive => {
-            let found = crate::verbs::list_devices_filtered(|name| !config.is_excluded(name))?;
+            let found = crate::verbs::list_devices_filtered(|name| !config.is_excluded(name))
+                .map_err(ExporterError::Devices)?;
             let devices: Vec<Device> = found
                 .iter()
                 .filter_map(|d| {

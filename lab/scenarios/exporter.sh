@@ -6,7 +6,7 @@
 #  3. node1 reloads: a file without node2 removes node2's series; a broken file keeps the old
 #     config probing with config_reload_success 0 (POST /-/reload answers 400); a good file is
 #     taken with POST /-/reload and SIGHUP leaves the exporter running;
-#  4. node1 probes node2 with 3 s bursts and gets SIGTERM in the middle of one: it exits 0
+#  4. node1 probes node2 with 5 s bursts and gets SIGTERM in the middle of one: it exits 0
 #     within 2 s, and node2's responder keeps serving node3.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
@@ -43,7 +43,9 @@ EOF
 }
 
 start_exporter() {
-  NODE_NAME=$LAB_NODE $bin run --config "$config" >>exporter.log 2>&1 &
+  # Debug lines of the device worker say when each probe starts (step 4 waits for one).
+  NODE_NAME=$LAB_NODE $bin --log-level info,rdma_probe_exporter::exporter::device=debug \
+    run --config "$config" >>exporter.log 2>&1 &
   exporter_pid=$!
 }
 # stop_exporter: SIGTERM; sets stop_seconds (to exit) and stop_status.
@@ -65,6 +67,7 @@ success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$1\",peer_device=\"r
 # sum FAMILY PEER: the sum of a family's samples of one peer.
 sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
 above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
+above_count() { [ "$(started)" -gt "$1" ]; }
 no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
 # wait_for DESCRIPTION TIMEOUT_S COMMAND...: until COMMAND succeeds.
 wait_for() {
@@ -146,12 +149,12 @@ lab_barrier reloads-done
 
 # 4. SIGTERM in the middle of a burst.
 if [ "$LAB_NODE" = node1 ]; then
-  BURST=3s INTERVAL=4s DUTY=100% write_config node2
-  # The first long burst after the reload: once it completed, the next starts about 1 s later
-  # and runs 3 s; SIGTERM 2 s after the completion lands inside it.
-  runs=$(sum rdma_probe_runs_total node2)
-  wait_for "a long burst to node2" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
-  sleep 2
+  # 5 s bursts every ~5.5 s; SIGTERM goes as soon as the log says the second probe of node2
+  # after the reload started (a burst of the new shape), well inside its 5 s.
+  started() { grep -c 'probe started.*node2' exporter.log; }
+  before=$(started)
+  BURST=5s INTERVAL=5500ms DUTY=100% write_config node2
+  wait_for "a long burst to node2" 60 above_count $((before + 1)) || exit 1
   stop_exporter
   lab_result midburst_stop_seconds "$stop_seconds"
   lab_result midburst_stop_status "$stop_status"

@@ -84,6 +84,7 @@ impl DeviceWorker {
             match command {
                 DeviceCommand::Probe { spec, request } => {
                     let key = spec.key.clone();
+                    tracing::debug!(path = %key, paced = request.rate_limit.is_some(), "probe started");
                     let outcome = tokio::select! {
                         biased;
                         _ = stop.wait_for(|s| *s) => {

@@ -407,28 +407,36 @@ const LOOPBACK_RESPONDER: [&str; 6] = [
 
 /// A responder either fails to start with a clear error (no usable RDMA port here) or runs
 /// until SIGTERM and then exits 0.
-#[test]
-fn responder_fails_clearly_or_stops_gracefully_on_sigterm() {
-    let child = command(&LOOPBACK_RESPONDER)
-        .spawn()
-        .expect("start the binary");
+/// Starts a long-running command; if it is still running after 1.5 s (the host has RDMA), sends
+/// SIGTERM and waits at most 15 s; else waits for its own exit. Returns the run and whether it
+/// was stopped by the signal. Never a panic either way.
+fn run_until_sigterm(args: &[&str]) -> (Run, bool) {
+    let mut child = command(args).spawn().expect("start the binary");
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(1500));
-    let mut child = child;
-    if child.try_wait().unwrap().is_none() {
+    let stopped = child.try_wait().unwrap().is_none();
+    let r = if stopped {
         let kill = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status()
             .expect("run kill");
         assert!(kill.success());
-        let r = wait_bounded(child, Duration::from_secs(15));
-        r.assert_no_panic();
+        wait_bounded(child, Duration::from_secs(15))
+    } else {
+        wait_bounded(child, LIMIT)
+    };
+    r.assert_no_panic();
+    (r, stopped)
+}
+
+#[test]
+fn responder_fails_clearly_or_stops_gracefully_on_sigterm() {
+    let (r, stopped) = run_until_sigterm(&LOOPBACK_RESPONDER);
+    if stopped {
         assert_eq!(r.code(), 0, "{}", r.describe());
         assert!(r.stderr.contains("shutting down"), "{}", r.describe());
         return;
     }
-    let r = wait_bounded(child, LIMIT);
-    r.assert_no_panic();
     assert_eq!(r.code(), 1, "{}", r.describe());
     assert!(
         r.stderr.contains("error: responder failed: "),
@@ -655,25 +663,11 @@ fn run_without_the_configured_device_fails_clearly_or_stops_gracefully_on_sigter
     // Every active device (the default): none here fails the same way; with one, the exporter
     // runs until SIGTERM and exits 0.
     let file = run_config("run-all.yaml", "");
-    let child = command(&["run", "--config", file.to_str().unwrap()])
-        .spawn()
-        .expect("start the binary");
-    let pid = child.id();
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut child = child;
-    if child.try_wait().unwrap().is_none() {
-        let kill = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(kill.success());
-        let r = wait_bounded(child, Duration::from_secs(15));
-        r.assert_no_panic();
+    let (r, stopped) = run_until_sigterm(&["run", "--config", file.to_str().unwrap()]);
+    if stopped {
         assert_eq!(r.code(), 0, "{}", r.describe());
         return;
     }
-    let r = wait_bounded(child, LIMIT);
-    r.assert_no_panic();
     assert_eq!(r.code(), 1, "{}", r.describe());
     assert!(
         r.stderr.contains("error: exporter failed: "),

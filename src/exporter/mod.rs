@@ -132,7 +132,7 @@ pub async fn run(
     let stopped = |mut rx: signal::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let responder_task = tokio::spawn(responder::run(
+    let mut responder_task = tokio::spawn(responder::run(
         listeners.control,
         responder_settings(&config, &devices, auth.clone()),
         metrics.responder.clone(),
@@ -174,7 +174,6 @@ pub async fn run(
     .await;
     probing.set(true);
     // The responder ending on its own (its device failed) ends the exporter too.
-    let mut responder_task = responder_task;
     let responder_result = tokio::select! {
         () = service.run(finished_rx, reload_rx, shutdown) => None,
         r = &mut responder_task => Some(r),

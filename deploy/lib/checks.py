@@ -13,6 +13,10 @@
       expression (panel targets, and the selector inside each label_values() variable query),
       Grafana variables replaced by placeholders, as one recording rule per group named after its
       dashboard and panel, for `promtool check rules`.
+  checks.py queries OUT_JSON [NAME=VALUE...] DASHBOARD...
+      writes every panel's PromQL expression with the dashboard variables set (NAME=VALUE, e.g.
+      node=node1 __rate_interval=1m; multi-value variables default to "All", `.*`) as a JSON list
+      of {"where", "expr"}: the lab runs them against a real Prometheus.
 
 Rules files are read line by line (the generated file's own layout: `- alert:` items with
 `labels:` and `annotations:` below); test files by their alert_rule_test items (an item starts
@@ -144,14 +148,14 @@ NUMBER_BUILTINS = {"__range_s", "__range_ms", "__interval_ms"}
 def substitute(expr, variables, where):
     """Grafana variables replaced by values that parse: durations, numbers, label values."""
     def value(name):
+        if name in variables:
+            return variables[name]
         if name in DURATION_BUILTINS:
             return "5m"
         if name in NUMBER_BUILTINS:
             return "300"
-        if name not in variables:
-            fail(f"{where}: unknown variable ${name}")
-            return "placeholder"
-        return variables[name]
+        fail(f"{where}: unknown variable ${name}")
+        return "placeholder"
     expr = re.sub(r"\$\{(\w+)(?::[\w]+)?\}", lambda m: value(m.group(1)), expr)
     expr = re.sub(r"\[\[(\w+)(?::[\w]+)?\]\]", lambda m: value(m.group(1)), expr)
     return re.sub(r"\$(\w+)", lambda m: value(m.group(1)), expr)
@@ -275,13 +279,44 @@ def check_dashboards(out_rules, paths):
     print(f"deploy/check: {len(boards)} dashboards, {len(groups)} PromQL expressions written for promtool")
 
 
+def dashboard_queries(out_json, settings, paths):
+    """Every PromQL expression of the dashboards with the variables set as a user would set them,
+    for running against a real Prometheus (the lab's). `settings` are NAME=VALUE pairs (Grafana's
+    built-ins such as __rate_interval included); a variable not set keeps its default: a
+    constant's value, `.*` for a multi-value variable (Grafana's "All"), else an error."""
+    given = dict(s.split("=", 1) for s in settings)
+    queries = []
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        values = {}
+        for v in d.get("templating", {}).get("list", []):
+            name = v.get("name")
+            if name in given:
+                values[name] = given[name]
+            elif v.get("type") in ("constant", "custom", "textbox"):
+                values[name] = variable_value(v)
+            elif v.get("includeAll"):
+                values[name] = ".*"
+        values.update({k: v for k, v in given.items() if k.startswith("__")})
+        for p in all_panels(d.get("panels", [])):
+            for t in p.get("targets", []):
+                if t.get("expr"):
+                    where = f"{Path(path).name}: panel {p.get('id')} {p.get('title', '?')!r} (query {t.get('refId', '?')})"
+                    queries.append({"where": where, "expr": substitute(t["expr"], values, where)})
+    Path(out_json).write_text(json.dumps(queries, indent=1) + "\n")
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("rules", "dashboards"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("rules", "dashboards", "queries"):
         sys.exit(__doc__)
     if sys.argv[1] == "rules":
         check_rules(sys.argv[2], sys.argv[3:])
-    else:
+    elif sys.argv[1] == "dashboards":
         check_dashboards(sys.argv[2], sys.argv[3:])
+    else:
+        settings = [a for a in sys.argv[3:] if "=" in a and not a.endswith(".json")]
+        boards = [a for a in sys.argv[3:] if a not in settings]
+        dashboard_queries(sys.argv[2], settings, boards)
     for e in errors:
         print(f"FAIL: {e}", file=sys.stderr)
     sys.exit(1 if errors else 0)

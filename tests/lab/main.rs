@@ -10,3 +10,4 @@ mod baseline;
 mod bench;
 mod exporter;
 mod probe;
+mod prometheus;

@@ -94,13 +94,34 @@ impl LabRun {
 /// run is reported loudly and run once more. A second panic, a boot failure or a timeout fails
 /// the test.
 pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u32) -> LabRun {
+    run_with_files(name, nodes, scenario, bins, &[], timeout_s)
+}
+
+/// [`run`], also giving every node `files` (at `/mnt/files/NAME` in the guest: configs, rules,
+/// tools that are not built from this repository).
+pub fn run_with_files(
+    name: &str,
+    nodes: u32,
+    scenario: &str,
+    bins: &[&Path],
+    files: &[&Path],
+    timeout_s: u32,
+) -> LabRun {
     let _serial = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let root = repo_root();
     let dir = root.join("target").join("lab-runs").join(name);
     for bin in bins {
         assert_fresh(&root, &root.join(bin));
     }
-    let mut run = run_once(&root, &dir, name, nodes, scenario, bins, timeout_s);
+    let lab = LabArgs {
+        name,
+        nodes,
+        scenario,
+        bins,
+        files,
+        timeout_s,
+    };
+    let mut run = run_once(&root, &dir, &lab);
     if let Some(node) = guest_kernel_panic(&dir) {
         eprintln!(
             "LAB INFRASTRUCTURE: the guest kernel of {node} panicked during '{name}' (console \
@@ -110,7 +131,7 @@ pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u3
         let panicked = dir.with_extension("kernel-panic");
         let _ = std::fs::remove_dir_all(&panicked);
         let _ = std::fs::rename(&dir, &panicked);
-        run = run_once(&root, &dir, name, nodes, scenario, bins, timeout_s);
+        run = run_once(&root, &dir, &lab);
     }
     assert_ne!(
         run.status, 3,
@@ -120,15 +141,25 @@ pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u3
     run
 }
 
-fn run_once(
-    root: &Path,
-    dir: &Path,
-    name: &str,
+/// What one `lab/run` is given.
+struct LabArgs<'a> {
+    name: &'a str,
     nodes: u32,
-    scenario: &str,
-    bins: &[&Path],
+    scenario: &'a str,
+    bins: &'a [&'a Path],
+    files: &'a [&'a Path],
     timeout_s: u32,
-) -> LabRun {
+}
+
+fn run_once(root: &Path, dir: &Path, lab: &LabArgs) -> LabRun {
+    let LabArgs {
+        name,
+        nodes,
+        scenario,
+        bins,
+        files,
+        timeout_s,
+    } = *lab;
     let mut cmd = Command::new(root.join("lab").join("run"));
     cmd.arg("--nodes")
         .arg(nodes.to_string())
@@ -140,6 +171,9 @@ fn run_once(
         .arg(timeout_s.to_string());
     for bin in bins {
         cmd.arg("--bin").arg(root.join(bin));
+    }
+    for file in files {
+        cmd.arg("--file").arg(root.join(file));
     }
     let started = std::time::Instant::now();
     let out = cmd

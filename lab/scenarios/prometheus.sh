@@ -1,0 +1,152 @@
+# The shipped alert rules and dashboards against a real Prometheus (tests/lab/prometheus.rs).
+# Every node runs the exporter with the lab's config (config/lab.yaml); node1 also runs Prometheus
+# (Debian's, from .cache/tools) scraping the three exporters with the rules generated for the
+# config's probe interval (deploy/prometheus/generate --interval). In one boot:
+#  1. clean: every path up, then CLEAN_SECONDS with no fault;
+#  2. rate cap: a tbf of CAP on node2's lab NIC (what node2 sends: its own probes' data) until
+#     RdmaProbeLinkDegraded fires for node2's paths, HOLD_INTERVALS more, then cleared until it
+#     resolves;
+#  3. node loss: node3 is powered off until RdmaProbeNodeIsolated fires for it, then HOLD_INTERVALS
+#     more plus the longest `for:` of the per-pair alerts it must hold back;
+#  4. node1 keeps what the test judges: every firing alert sample of the run, the rules' health,
+#     and every dashboard query run over the whole run, and the phase times (its own clock, which
+#     is Prometheus's).
+# Files (lab/run --file): lab.yaml, rules.yaml, prometheus (the server), prometheus-lab.env
+# (INTERVAL_SECONDS, CLEAN_SECONDS, CAP, HOLD_INTERVALS), dashboard-queries.json
+# (deploy/lib/checks.py queries) and prometheus_queries.py.
+bin=rdma-probe-exporter
+files=/mnt/files
+. "$files/prometheus-lab.env"
+echo "lab-prometheus-psk-0123456789abcdef" >/tmp/psk # config/lab.yaml: auth: {psk_file: /tmp/psk}
+prom=http://127.0.0.1:9090
+
+NODE_NAME=$LAB_NODE $bin run --config "$files/lab.yaml" >exporter.log 2>&1 &
+exporter=$!
+ready() { curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9587/readyz; }
+for _ in $(seq 120); do ready && break; sleep 0.5; done
+ready || { cat exporter.log; exit 1; }
+
+now() { date +%s.%N; }
+# phase NAME: records this node's clock (node1's is Prometheus's) for the test.
+phase() {
+  local t
+  t=$(now)
+  lab_result "$1" "$t"
+  printf -v "$1" %s "$t"
+}
+
+# count PROMQL: how many series an instant query returns (-1 when Prometheus does not answer).
+count() {
+  curl -sS --max-time 10 -G "$prom/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
+    python3 -c 'import json,sys
+try: print(len(json.load(sys.stdin)["data"]["result"]))
+except Exception: print(-1)'
+}
+# wait_count DESCRIPTION TIMEOUT_S PROMQL N: until the query returns N series.
+wait_count() {
+  local what=$1 limit=$2 query=$3 want=$4 start=$SECONDS got
+  until got=$(count "$query") && [ "$got" = "$want" ]; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for $what: $query returned $got series, not $want" >&2
+      curl -sS --max-time 10 "$prom/api/v1/alerts" >&2
+      return 1
+    fi
+    sleep 1
+  done
+  echo "$(date +%T) $what ($((SECONDS - start)) s)"
+}
+firing() { echo "ALERTS{alertstate=\"firing\"$1}"; }
+
+start_prometheus() {
+  cat >prometheus.yml <<EOF
+global:
+  scrape_interval: ${INTERVAL_SECONDS}s
+  scrape_timeout: 5s
+  evaluation_interval: ${INTERVAL_SECONDS}s
+rule_files: [$files/rules.yaml]
+scrape_configs:
+  # As deploy/README.md asks: instance = the node's name.
+  - job_name: rdma-probe-exporter
+    static_configs:
+EOF
+  for n in node1 node2 node3; do
+    printf '      - {targets: ["%s:9587"], labels: {instance: %s}}\n' "$(lab_addr "$n")" "$n" >>prometheus.yml
+  done
+  "$files/prometheus" --config.file=prometheus.yml --storage.tsdb.path=/tmp/prometheus \
+    --web.listen-address=127.0.0.1:9090 --log.level=warn >prometheus.log 2>&1 &
+  prometheus=$!
+  local start=$SECONDS
+  until curl -sf -o /dev/null --max-time 3 "$prom/-/ready"; do
+    [ $((SECONDS - start)) -ge 120 ] && { echo "prometheus not ready after 120 s" >&2; cat prometheus.log >&2; return 1; }
+    sleep 1
+  done
+  lab_result prometheus_ready_seconds $((SECONDS - start))
+}
+
+hold() { sleep $((HOLD_INTERVALS * INTERVAL_SECONDS)); }
+
+lab_barrier exporters-up 300
+case $LAB_NODE in
+node1)
+  start_prometheus || exit 1
+  wait_count "all targets up" 120 'up{job="rdma-probe-exporter"} == 1' 3 || exit 1
+  phase up_start
+  wait_count "every path succeeded" 240 'rdma_probe_success{job="rdma-probe-exporter"} == 1' 6 || exit 1
+
+  # 1. Clean.
+  phase clean_start
+  sleep "$CLEAN_SECONDS"
+  phase clean_end
+
+  # 2. A rate cap on node2.
+  lab_signal cap
+  lab_wait_signal node2 capped 60 || exit 1
+  phase cap_start
+  wait_count "link degraded on node2's paths" 300 \
+    "$(firing ',alertname="RdmaProbeLinkDegraded",instance="node2"')" 2 || exit 1
+  hold
+  phase cap_end
+  lab_signal uncap
+  lab_wait_signal node2 uncapped 60 || exit 1
+  wait_count "link degraded resolved" 300 "$(firing ',alertname="RdmaProbeLinkDegraded"')" 0 || exit 1
+  phase cap_resolved
+
+  # 3. node3 is powered off.
+  phase stop_start
+  lab_stop_node node3 || exit 1
+  wait_count "node3 isolated" 300 "$(firing ',alertname="RdmaProbeNodeIsolated",peer="node3"')" 1 || exit 1
+  # Long enough for every per-pair alert that must stay held back (the longest for: is
+  # ExporterDown's 5 intervals) to have fired if it were not.
+  HOLD_INTERVALS=$((HOLD_INTERVALS + 5)) hold
+  phase stop_end
+
+  # 4. What the test judges.
+  # Every firing sample since Prometheus started (a range selector: the raw samples).
+  since=$(awk -v e="$stop_end" -v s="$up_start" 'BEGIN {print int(e - s) + 60}')
+  curl -sS --max-time 30 -G "$prom/api/v1/query" --data-urlencode "time=$stop_end" \
+    --data-urlencode "query=ALERTS{alertstate=\"firing\"}[${since}s]" >alerts-firing.json || exit 1
+  curl -sS --max-time 30 "$prom/api/v1/rules" >rules.json || exit 1
+  python3 "$files/prometheus_queries.py" "$prom" "$files/dashboard-queries.json" \
+    "$up_start" "$stop_end" "$INTERVAL_SECONDS" dashboard-results.json || exit 1
+  lab_signal done
+  kill -TERM "$prometheus"
+  wait "$prometheus"
+  ;;
+node2)
+  lab_wait_signal node1 cap 3600 || exit 1
+  lab_tbf "$CAP"
+  lab_signal capped
+  lab_wait_signal node1 uncap 900 || exit 1
+  lab_clear_faults
+  lab_signal uncapped
+  lab_wait_signal node1 done 900 || exit 1
+  ;;
+node3)
+  # Runs until node1 powers this node off.
+  lab_wait_signal node1 done 7200
+  echo "node3 was not powered off" >&2
+  exit 1
+  ;;
+esac
+kill -TERM "$exporter"
+wait "$exporter"

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Runs queries against a Prometheus over a time range, as a Grafana panel does, and records how
+many series each returned (standard library only; run inside a lab node).
+
+Usage: prometheus_queries.py URL QUERIES_JSON START END STEP_S OUT_JSON
+
+QUERIES_JSON is a list of {"where", "expr"} (deploy/lib/checks.py queries). OUT_JSON gets the
+same list with "series" (the number of series with at least one point in [START, END]), "error"
+(Prometheus's error, or null) and "events": for each selector of a counter the exporter creates
+at its first event (errors, deferrals, validation failures: docs/metrics.md), how many series it
+matched. A query with no data whose event selectors all matched nothing is "nothing happened",
+not a broken query.
+"""
+
+import json
+import re
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+
+def query_range(url, expr, start, end, step):
+    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=30) as r:
+            body = json.load(r)
+    except urllib.error.HTTPError as e:
+        body = json.load(e)
+    except (OSError, ValueError) as e:
+        return None, str(e)
+    if body.get("status") != "success":
+        return None, body.get("error", "unknown error")
+    return len(body["data"]["result"]), None
+
+
+EVENT_SELECTOR = re.compile(
+    r"rdma_probe_(?:errors|deferred|responder_validation_failures)_total\{[^}]*\}")
+
+
+def main():
+    if len(sys.argv) != 7:
+        sys.exit(__doc__)
+    url, queries_file, start, end, step, out = sys.argv[1:]
+    queries = json.load(open(queries_file))
+    for q in queries:
+        q["series"], q["error"] = query_range(url, q["expr"], start, end, step)
+        q["events"] = {sel: query_range(url, sel, start, end, step)[0]
+                       for sel in EVENT_SELECTOR.findall(q["expr"])}
+    json.dump(queries, open(out, "w"), indent=1)
+    empty = [q for q in queries if not q["series"]]
+    print(f"{len(queries)} dashboard queries, {len(empty)} without data")
+    for q in empty:
+        why = q["error"] or ("no such events" if q["events"] and not any(q["events"].values()) else "empty")
+        print(f"  no data: {q['where']}: {why}")
+
+
+if __name__ == "__main__":
+    main()

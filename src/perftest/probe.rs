@@ -13,7 +13,7 @@ use crate::burst::BurstPlan;
 use crate::prober::{BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::{Context, PathMtu, RemoteAddr, RemoteEndpoint, VerbsError};
+use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
 
 /// perftest's default control port.
 pub const DEFAULT_PORT: u16 = 18515;

@@ -551,7 +551,7 @@ pub struct ProbeArgs {
 
     /// With --perftest: the server runs with --report_gbits, so send its report in Gb/s (the
     /// report carries no unit; MiB/s otherwise).
-    #[arg(long, requires = "perftest")]
+    #[arg(long)]
     pub perftest_report_gbits: bool,
 
     /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
@@ -855,6 +855,13 @@ impl ProbeArgs {
                 format!("these probe flags do not combine: {e}{}", plan_hint(&e)),
             )
         })?;
+        if self.perftest_report_gbits && self.perftest.is_none() {
+            return Err(usage_error(
+                SUB,
+                ErrorKind::MissingRequiredArgument,
+                "--perftest-report-gbits goes with --perftest HOST:PORT",
+            ));
+        }
         let (target, auth, perftest) = match self.perftest {
             // perftest has no authentication; clap refuses the auth flags next to --perftest.
             Some(server) => (

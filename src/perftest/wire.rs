@@ -23,8 +23,8 @@ pub const ADVERTISED_VERSION: &str = "6.06";
 /// perftest refuses peers older than this (`check_version_compatibility`).
 pub const MIN_VERSION: f64 = 5.70;
 /// The one version that negotiates parameters with every peer, in a binary structure this client
-/// does not speak.
-pub const NEGOTIATING_VERSION: f64 = 6.28;
+/// does not speak: 6.28, in hundredths (versions have two decimals).
+pub const NEGOTIATING_VERSION_HUNDREDTHS: f64 = 628.0;
 
 /// A malformed or incompatible message from the server.
 #[derive(Debug, Error, PartialEq)]
@@ -70,7 +70,7 @@ pub fn parse_version(raw: &[u8; VERSION_LEN]) -> Result<Version, WireError> {
     if value < MIN_VERSION - 1e-9 {
         return Err(WireError::VersionTooOld(text));
     }
-    if (value - NEGOTIATING_VERSION).abs() < 1e-6 {
+    if (value * 100.0 - NEGOTIATING_VERSION_HUNDREDTHS).abs() < 1e-6 {
         return Err(WireError::NegotiationRequired(text));
     }
     Ok(Version { text, value })

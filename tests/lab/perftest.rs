@@ -27,9 +27,9 @@ fn perftest_server_accepts_our_burst_and_reports_it() {
         assert_eq!(field("server_iters"), 500.0, "{line}");
         let (ours, reported) = (field("ours"), field("server_reported"));
         assert!(ours > 0.0 && field("stock") > 0.0, "{line}");
-        // The server prints what we sent, rounded to its format.
+        // The server prints what we sent, rounded to its format (`%.2f`, `%.6f` below 0.1 Gb/s).
         assert!(
-            (reported - ours).abs() <= ours * 0.01 + 1e-5,
+            (reported - ours).abs() <= 0.005 + 1e-6,
             "the server's report {reported} is not ours {ours}: {line}"
         );
         let report = run.file("node1", &format!("server-of-ours-{r}.txt"));

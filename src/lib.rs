@@ -12,6 +12,7 @@ pub mod control;
 pub mod exporter;
 pub mod http;
 pub mod metrics;
+pub mod perftest;
 pub mod prober;
 pub mod readiness;
 pub mod reason;

@@ -104,6 +104,9 @@ pub struct ProbeOutcome {
     pub deferred: Option<String>,
     pub error: Option<ErrorReason>,
     pub message: Option<String>,
+    /// The version a stock `ib_write_bw` server announced (`probe --perftest` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perftest_server_version: Option<String>,
 }
 
 impl ProbeOutcome {
@@ -122,7 +125,7 @@ impl ProbeOutcome {
         outcome
     }
 
-    fn record_error(&mut self, error: &ProbeError) {
+    pub(crate) fn record_error(&mut self, error: &ProbeError) {
         match error {
             ProbeError::Busy { .. } => self.deferred = Some("busy".into()),
             ProbeError::SessionClosed => self.error = Some(ErrorReason::Connect),
@@ -552,7 +555,7 @@ impl Session {
                 set,
                 remote: self.remote.clone(),
                 plan,
-                imm: burst_id as u32,
+                imm: Some(burst_id as u32),
                 timeout,
                 slots: self.slots,
             })
@@ -626,16 +629,17 @@ impl Session {
 }
 
 /// A burst handed to the session's burst thread, with the QP set it runs on.
-struct BurstJob {
-    set: QpSet,
-    remote: Vec<RemoteAddr>,
-    plan: BurstPlan,
-    imm: u32,
-    timeout: Duration,
-    slots: u64,
+pub(crate) struct BurstJob {
+    pub set: QpSet,
+    pub remote: Vec<RemoteAddr>,
+    pub plan: BurstPlan,
+    /// The immediate of each QP's last WRITE; `None` for a peer that posts no receive.
+    pub imm: Option<u32>,
+    pub timeout: Duration,
+    pub slots: u64,
 }
 
-type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFailure>);
+pub(crate) type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFailure>);
 
 /// A device's dedicated OS thread for bursts (a burst blocks: never on an async worker). One per
 /// local device, shared (cloned) by every session on it: bursts of one device run one at a time
@@ -691,7 +695,7 @@ impl BurstWorker {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    async fn run(&self, job: BurstJob) -> Result<BurstDone, ProbeError> {
+    pub(crate) async fn run(&self, job: BurstJob) -> Result<BurstDone, ProbeError> {
         let (reply, done) = tokio::sync::oneshot::channel();
         let lost = || ProbeError::new(ErrorReason::WcOther, "burst thread ended without a result");
         self.jobs.send((job, reply)).map_err(|_| lost())?;

@@ -147,6 +147,11 @@ impl QpSet {
             .collect())
     }
 
+    /// The local GID index of the GRH (`None`: InfiniBand LID routing without GRH).
+    pub fn sgid_index(&self) -> Option<u32> {
+        self.sgid_index
+    }
+
     /// This port's active MTU in bytes.
     pub fn active_mtu(&self) -> u32 {
         self.ctx

@@ -123,13 +123,14 @@ pub struct BurstTiming {
     pub posted_per_qp: Vec<u64>,
 }
 
-/// Runs one burst. `imm` is the immediate value of each QP's final WRITE; `timeout` bounds a
+/// Runs one burst. `imm` is the immediate value of each QP's final WRITE (`None`: a plain WRITE,
+/// for a peer that posts no receive, such as a stock ib_write_bw server); `timeout` bounds a
 /// stall, and with the planned length the whole burst (see [`BurstRun`]). Setting `stop` ends
 /// the burst at its next check (at most [`MAX_BLOCK`] later) with [`EngineError::Stopped`].
 pub fn run_burst(
     targets: BurstTargets<'_>,
     plan: &BurstPlan,
-    imm: u32,
+    imm: Option<u32>,
     timeout: Duration,
     stop: &AtomicBool,
 ) -> Result<(BurstReport, BurstTiming), BurstFailure> {
@@ -196,7 +197,7 @@ struct Engine<'a> {
     run: BurstRun,
     targets: BurstTargets<'a>,
     message_size: u64,
-    imm: u32,
+    imm: Option<u32>,
     start: Instant,
     first_post_at: Option<Instant>,
     posting: Duration,
@@ -261,8 +262,8 @@ impl Engine<'_> {
                 remote,
             )
             .signaled(w.signaled);
-            if w.last {
-                req = req.with_imm(self.imm);
+            if let (true, Some(imm)) = (w.last, self.imm) {
+                req = req.with_imm(imm);
             }
             self.chain.push(req);
         }

@@ -23,6 +23,7 @@ use crate::burst::{BurstLength, BurstPlan};
 use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
 use crate::config::{parse_positive_duration, ByteSize, RateLimit};
 use crate::control::{AuthMode, Psk};
+use crate::perftest::PerftestOptions;
 use crate::prober::ProbeSettings;
 use crate::responder::{ResponderSettings, ServedDevice};
 use crate::verbs::LocalPort;
@@ -528,9 +529,30 @@ pub struct ProbeArgs {
     #[arg(
         value_name = "HOST:PORT",
         value_parser = parse_target,
+        required_unless_present = "perftest",
+        conflicts_with = "perftest",
         help = "The responder's control address: HOST:PORT, [IPv6]:PORT, or HOST (port 18516)"
     )]
-    pub target: String,
+    pub target: Option<String>,
+
+    /// Probe a stock ib_write_bw server instead of a responder (HOST:PORT, or HOST for port
+    /// 18515): one burst into the server's buffer, whose report then shows our figures.
+    ///
+    /// The server serves this one probe and exits. Its -s must be at least --size, its -q must
+    /// equal --qps, and on InfiniBand both sides use a GID or neither (its -x, our --gid-index);
+    /// no authentication (perftest has none). See docs/perftest.md.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        value_parser = parse_perftest_target,
+        conflicts_with_all = ["psk_file", "no_auth", "peer_rail", "bursts"],
+    )]
+    pub perftest: Option<String>,
+
+    /// With --perftest: the server runs with --report_gbits, so send its report in Gb/s (the
+    /// report carries no unit; MiB/s otherwise).
+    #[arg(long)]
+    pub perftest_report_gbits: bool,
 
     /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
     #[arg(long)]
@@ -750,6 +772,8 @@ pub struct ProbeAction {
     pub json: bool,
     /// Bursts to run on one session.
     pub bursts: u32,
+    /// `Some`: the target is a stock ib_write_bw server (`--perftest`).
+    pub perftest: Option<PerftestOptions>,
     /// Wait between bursts.
     pub pause: Duration,
 }
@@ -831,11 +855,32 @@ impl ProbeArgs {
                 format!("these probe flags do not combine: {e}{}", plan_hint(&e)),
             )
         })?;
-        let auth = self.auth.into_auth(SUB)?;
+        if self.perftest_report_gbits && self.perftest.is_none() {
+            return Err(usage_error(
+                SUB,
+                ErrorKind::MissingRequiredArgument,
+                "--perftest-report-gbits goes with --perftest HOST:PORT",
+            ));
+        }
+        let (target, auth, perftest) = match self.perftest {
+            // perftest has no authentication; clap refuses the auth flags next to --perftest.
+            Some(server) => (
+                server,
+                AuthMode::None,
+                Some(PerftestOptions {
+                    report_gbits: self.perftest_report_gbits,
+                }),
+            ),
+            None => (
+                self.target.unwrap_or_default(), // clap requires one of the two
+                self.auth.into_auth(SUB)?,
+                None,
+            ),
+        };
         let node_name = self.node.into_node_name(SUB)?;
         Ok(ProbeAction {
             settings: ProbeSettings {
-                target: self.target,
+                target,
                 node_name,
                 local: self.local.into_local_port(),
                 rail: self.peer_rail,
@@ -858,6 +903,7 @@ impl ProbeArgs {
             json: self.json,
             bursts: self.bursts,
             pause: self.pause,
+            perftest,
         })
     }
 }
@@ -988,6 +1034,11 @@ fn parse_log_filter(s: &str) -> Result<String, String> {
 /// Parses the probe target into `HOST:PORT` form: `HOST:PORT`, `[IPv6]:PORT`, a bare IP address
 /// or host name (default port), or a bare IPv6 address; the same forms as a peer's `address` in
 /// the config file. Only the syntax is checked here; the host name is resolved when connecting.
+/// A perftest server's address: `HOST:PORT`, `[IPv6]:PORT`, or `HOST` (port 18515).
+pub fn parse_perftest_target(s: &str) -> Result<String, String> {
+    crate::config::parse_host_port(s, crate::perftest::DEFAULT_PORT).map(|a| a.to_string())
+}
+
 pub fn parse_target(s: &str) -> Result<String, String> {
     crate::config::parse_host_port(s, DEFAULT_CONTROL_PORT).map(|a| a.to_string())
 }
@@ -1053,6 +1104,43 @@ mod tests {
         // 64 KiB > 8 KiB: every WR signaled, as perftest.
         assert_eq!(p.plan.cq_mod(), 1);
         assert!(!p.json);
+    }
+
+    #[test]
+    fn perftest_mode_needs_no_auth_and_refuses_responder_flags() {
+        let parse_probe = |args: &[&str]| {
+            let mut full = vec!["probe", "--node", "a"];
+            full.extend_from_slice(args);
+            parse(&full).map(|(_, action)| match action {
+                Action::Probe(p) => p,
+                other => panic!("expected probe, got {other:?}"),
+            })
+        };
+        let p = parse_probe(&["--perftest", "10.0.0.2"]).unwrap();
+        assert_eq!(p.settings.target, "10.0.0.2:18515");
+        assert!(matches!(p.settings.auth, AuthMode::None));
+        assert_eq!(
+            p.perftest,
+            Some(PerftestOptions {
+                report_gbits: false
+            })
+        );
+        let p = parse_probe(&["--perftest", "nodeb:9999", "--perftest-report-gbits"]).unwrap();
+        assert_eq!(p.settings.target, "nodeb:9999");
+        assert_eq!(p.perftest, Some(PerftestOptions { report_gbits: true }));
+        // A responder probe is unchanged and needs its target and auth.
+        assert_eq!(probe(&[]).unwrap().perftest, None);
+        for refused in [
+            &["--perftest", "b", "10.0.0.2:18516"][..],
+            &["--perftest", "b", "--no-auth"],
+            &["--perftest", "b", "--bursts", "2"],
+            &["--perftest", "b", "--peer-rail", "1"],
+            &["--perftest-report-gbits", "10.0.0.2", "--no-auth"],
+            &["--no-auth"],
+        ] {
+            let e = parse_probe(refused).expect_err("refused");
+            assert_eq!(e.exit_code(), 2, "{refused:?}: {e}");
+        }
     }
 
     #[test]

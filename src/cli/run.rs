@@ -127,7 +127,15 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
         }
         Ok(())
     };
-    if action.bursts == 1 {
+    if let Some(options) = &action.perftest {
+        let outcome = crate::perftest::probe_perftest(&action.settings, options).await;
+        if !action.json {
+            if let Some(version) = &outcome.perftest_server_version {
+                println!(" perftest server : ib_write_bw {version}");
+            }
+        }
+        print(&outcome)?;
+    } else if action.bursts == 1 {
         print(&prober::probe_once(&action.settings).await)?;
     } else {
         // One warm session: rebuilt after a failure, as the exporter does.

@@ -9,5 +9,6 @@ mod promtool;
 mod baseline;
 mod bench;
 mod exporter;
+mod perftest;
 mod probe;
 mod prometheus;

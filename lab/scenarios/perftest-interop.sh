@@ -1,0 +1,84 @@
+# Our prober as a client of stock ib_write_bw servers (probe --perftest), and the benchmark
+# against perftest's own client on the same link, in one run. node2 starts a fresh stock server
+# per round (a server serves one client and exits); node1 alternates:
+#   stock ib_write_bw client -> stock server, and our probe --perftest -> stock server,
+# records both bandwidths, the ratio, and the server's own report of our burst; then one
+# incompatible server (-s 4096, smaller than our 64 KiB WRITEs) must give a clear error fast.
+bin=rdma-probe-exporter
+N=${PERFTEST_MESSAGES:-500}
+ROUNDS=${PERFTEST_ROUNDS:-3}
+# QP timeout 17 (~0.5 s) on both tools: 14 retransmits spuriously under full emulation
+# (lab/README.md).
+QP_TIMEOUT=17
+case $LAB_NODE in
+  node2)
+    round=0
+    while :; do
+      round=$((round + 1))
+      lab_wait_signal node1 "want-server-$round" 900 || exit 1
+      [ -e /mnt/nodes/node1/signal-interop-done ] && break
+      args=$(cat "/mnt/nodes/node1/server-args-$round")
+      # Bounded: a client that never finishes must not hang the lab.
+      timeout 120 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" $args >"server-$round.txt" 2>&1 &
+      pid=$!
+      lab_wait_listening 18515 || exit 1
+      lab_signal "server-up-$round"
+      wait $pid
+      echo $? >"server-$round.rc"
+      lab_signal "server-done-$round"
+    done
+    ;;
+  node1)
+    peer=$(lab_addr node2)
+    round=0
+    # server ARGS...: asks node2 for a fresh stock server with ARGS and waits until it listens.
+    server() {
+      round=$((round + 1))
+      echo "$*" >"server-args-$round"
+      lab_signal "want-server-$round"
+      lab_wait_signal node2 "server-up-$round" 60
+    }
+    # server_result: waits for the server to exit; sets SRV_RC and SRV_OUT.
+    server_result() {
+      lab_wait_signal node2 "server-done-$round" 180 || return 1
+      SRV_RC=$(cat "/mnt/nodes/node2/server-$round.rc")
+      SRV_OUT="/mnt/nodes/node2/server-$round.txt"
+    }
+    gbps_of_table() { awk '/#bytes/ {getline; print $4; exit}' "$1"; }
+    failures=0
+    for r in $(seq 1 "$ROUNDS"); do
+      server -n "$N" --report_gbits || exit 1
+      ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" -n "$N" --report_gbits "$peer" >"stock-$r.txt" 2>&1
+      server_result || exit 1
+      stock=$(gbps_of_table "stock-$r.txt")
+      server -n "$N" --report_gbits || exit 1
+      start=$SECONDS
+      $bin probe --perftest "$peer" --device rxe0 --gid-index 1 --messages "$N" \
+        --qp-timeout "$QP_TIMEOUT" --perftest-report-gbits --json >"ours-$r.json" 2>"ours-$r.err"
+      rc=$?
+      server_result || exit 1
+      cp "$SRV_OUT" "server-of-ours-$r.txt"
+      ours=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.6f" % ((d.get("bandwidth_bytes_per_second") or 0) * 8e-9))' "ours-$r.json" 2>/dev/null || echo 0)
+      reported=$(gbps_of_table "server-of-ours-$r.txt")
+      iters=$(awk '/#bytes/ {getline; print $2; exit}' "server-of-ours-$r.txt")
+      ratio=$(awk -v a="$ours" -v b="${stock:-0}" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
+      echo "round $r: stock client $stock Gb/s | ours $ours Gb/s (rc $rc, $((SECONDS - start)) s) | ratio ours/stock $ratio | server's report of our burst: $reported Gb/s, $iters iterations, server exit $SRV_RC"
+      [ "$rc" = 0 ] && [ "$SRV_RC" = 0 ] || { failures=$((failures + 1)); cat "ours-$r.err" "ours-$r.json" "server-of-ours-$r.txt"; }
+      lab_result "round_$r" "stock=$stock ours=$ours ratio=$ratio server_reported=$reported server_iters=$iters ours_rc=$rc server_rc=$SRV_RC"
+    done
+    lab_result failures "$failures"
+    echo "== an incompatible server: -s 4096 (its buffer is smaller than our 64 KiB WRITEs)"
+    server -s 4096 -n "$N" --report_gbits || exit 1
+    start=$SECONDS
+    $bin probe --perftest "$peer" --device rxe0 --gid-index 1 --messages "$N" \
+      --qp-timeout "$QP_TIMEOUT" --timeout 10s >incompatible.txt 2>&1
+    rc=$?
+    server_result || exit 1
+    cat incompatible.txt
+    echo "probe exit $rc after $((SECONDS - start)) s; server exit $SRV_RC"
+    lab_result incompatible "rc=$rc seconds=$((SECONDS - start)) server_rc=$SRV_RC"
+    lab_signal interop-done
+    lab_signal "want-server-$((round + 1))"
+    ;;
+esac
+exit 0

@@ -1,0 +1,52 @@
+//! `probe --perftest` against Debian's stock ib_write_bw server (lab/scenarios/perftest-interop.sh):
+//! the server accepts our burst and prints our figures as its report, exits 0, and the
+//! benchmark prints ours next to perftest's own client on the same link (ratio ours/stock;
+//! speed goals live in the printed ratio, not in timed assertions). An incompatible server gets
+//! a clear error within seconds, never a hang.
+
+use crate::support;
+
+#[test]
+fn perftest_server_accepts_our_burst_and_reports_it() {
+    let bin = std::path::Path::new("target/release/rdma-probe-exporter");
+    let run = support::run("perftest-interop", 2, "perftest-interop.sh", &[bin], 900);
+    eprintln!("---- perftest interop ----\n{}", run.log("node1"));
+    run.assert_success();
+    let results = run.results("node1");
+    assert_eq!(results["failures"], "0", "{results:?}");
+    for r in 1..=3 {
+        let line = &results[&format!("round_{r}")];
+        let field = |name: &str| -> f64 {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        assert_eq!(field("ours_rc"), 0.0, "{line}");
+        assert_eq!(field("server_rc"), 0.0, "the server exits 0: {line}");
+        assert_eq!(field("server_iters"), 500.0, "{line}");
+        let (ours, reported) = (field("ours"), field("server_reported"));
+        assert!(ours > 0.0 && field("stock") > 0.0, "{line}");
+        // The server prints what we sent, rounded to its format (`%.2f`, `%.6f` below 0.1 Gb/s).
+        assert!(
+            (reported - ours).abs() <= 0.005 + 1e-6,
+            "the server's report {reported} is not ours {ours}: {line}"
+        );
+        let report = run.file("node1", &format!("server-of-ours-{r}.txt"));
+        let row = support::parse_perftest(&report).expect("the server printed a report");
+        assert_eq!((row.bytes, row.iterations), (65536, 500), "{report}");
+    }
+    let incompatible = &results["incompatible"];
+    assert!(!incompatible.starts_with("rc=0 "), "{incompatible}");
+    let seconds: u64 = incompatible
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("seconds="))
+        .and_then(|v| v.parse().ok())
+        .expect("seconds");
+    assert!(seconds < 60, "the incompatible server took {seconds} s");
+    let text = run.file("node1", "incompatible.txt");
+    assert!(
+        text.contains("wc_remote_access") && text.contains("-s at least 65536"),
+        "{text}"
+    );
+}

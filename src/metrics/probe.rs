@@ -19,6 +19,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
 use crate::prober::ProbeOutcome;
@@ -176,6 +177,8 @@ pub enum ProbeEvent {
     Info(InfoLabels),
     /// A local device's scheduling figures (docs/schedule.md, "Metrics").
     Schedule(DeviceScheduleFigures),
+    /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
+    Ports(PortReport),
 }
 
 /// Label sets of the info metrics: `node` plus this node's static labels, and `peer` plus each
@@ -243,6 +246,7 @@ pub struct ProbeFamilies {
     duty_cycle_budget: FloatGauge,
     demand: Family<DeviceLabels, FloatGauge>,
     stretch: Family<DeviceLabels, FloatGauge>,
+    ports: PortFamilies,
 }
 
 impl ProbeFamilies {
@@ -272,6 +276,7 @@ impl ProbeFamilies {
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
             stretch: Family::default(),
+            ports: PortFamilies::register(registry),
         };
         let f = &families;
         macro_rules! add {
@@ -404,6 +409,7 @@ struct SeriesOfPath {
 pub struct ProbeRecorder {
     families: ProbeFamilies,
     series: BTreeMap<PathLabels, SeriesOfPath>,
+    port_series: PortSeries,
     snapshot: PathSnapshot,
 }
 
@@ -412,6 +418,7 @@ impl ProbeRecorder {
         ProbeRecorder {
             families,
             series: BTreeMap::new(),
+            port_series: PortSeries::default(),
             snapshot: PathSnapshot::default(),
         }
     }
@@ -445,6 +452,7 @@ impl ProbeRecorder {
             ProbeEvent::Deferred(path, reason) => self.on_deferred(path, reason),
             ProbeEvent::Info(info) => self.on_info(info),
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
+            ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
         }
     }
 

@@ -104,7 +104,8 @@ pub struct CounterSpec {
     pub source: CounterSource,
     /// The file name.
     pub name: &'static str,
-    /// The `counter` label value: the file name, prefixed `netdev_` for netdev statistics.
+    /// The `counter` label value: the file name (spaces as `_`), prefixed `netdev_` for netdev
+    /// statistics.
     pub label: &'static str,
     pub kind: CounterKind,
     pub unit: CounterUnit,
@@ -148,6 +149,19 @@ const fn hw(name: &'static str, kind: CounterKind) -> CounterSpec {
         CounterSource::Hw,
         name,
         name,
+        kind,
+        CounterUnit::Count,
+        None,
+    )
+}
+
+/// An `hw_counters/` entry whose file name has spaces (irdma): its label has `_` instead, so
+/// that it is a valid name on the control channel and in logs.
+const fn hw_spaced(name: &'static str, label: &'static str, kind: CounterKind) -> CounterSpec {
+    spec(
+        CounterSource::Hw,
+        name,
+        label,
         kind,
         CounterUnit::Count,
         None,
@@ -261,12 +275,20 @@ pub static ALLOWLIST: &[CounterSpec] = &[
     hw("tcpRetransSegs", K::Retransmit),
     hw("RetransSegs", K::Retransmit),
     hw("RTO", K::AckTimeout),
-    hw("Nak Sequence Error", K::SequenceNak),
-    hw("Nak Sequence Error Implied", K::SequenceNak),
-    hw("Rcvd Out of order packets", K::OutOfSequence),
-    hw("CRC errors", K::ReceiveError),
-    hw("RNR sent", K::RnrNak),
-    hw("RNR received", K::RnrNak),
+    hw_spaced("Nak Sequence Error", "Nak_Sequence_Error", K::SequenceNak),
+    hw_spaced(
+        "Nak Sequence Error Implied",
+        "Nak_Sequence_Error_Implied",
+        K::SequenceNak,
+    ),
+    hw_spaced(
+        "Rcvd Out of order packets",
+        "Rcvd_Out_of_order_packets",
+        K::OutOfSequence,
+    ),
+    hw_spaced("CRC errors", "CRC_errors", K::ReceiveError),
+    hw_spaced("RNR sent", "RNR_sent", K::RnrNak),
+    hw_spaced("RNR received", "RNR_received", K::RnrNak),
     hw("ip4InDiscards", K::Discard),
     hw("ip6InDiscards", K::Discard),
     hw_bytes("ip4OutOctets", K::XmitBytes),
@@ -321,8 +343,16 @@ mod tests {
             assert!(!s.label.is_empty() && s.label.len() <= 40, "{}", s.label);
             match s.source {
                 CounterSource::Netdev => assert_eq!(s.label, format!("netdev_{}", s.name)),
-                _ => assert_eq!(s.label, s.name),
+                _ => assert_eq!(s.label, s.name.replace(' ', "_")),
             }
+            // Labels travel on the control channel, whose names have no whitespace.
+            assert!(
+                s.label
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{}",
+                s.label
+            );
         }
         // A label is shared only by a `counters/` and an `hw_counters/` entry of one meaning.
         let mut labels = std::collections::BTreeMap::new();

@@ -247,6 +247,7 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
+                counters: Vec::new(),
             },
         ));
     }
@@ -333,6 +334,7 @@ async fn the_status_page_lists_every_probed_path() {
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.7e9,
+            counters: Vec::new(),
         },
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -261,12 +261,18 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
             (false, _) => "no".to_string(),
         }
     );
-    if !outcome.remote_counters.is_empty() {
+    for (side, counters) in [
+        ("Local", &outcome.local_counters),
+        ("Peer", &outcome.remote_counters),
+    ] {
+        if counters.is_empty() {
+            continue;
+        }
         let _ = writeln!(
             out,
-            " Peer port counters during the burst (also count other traffic):"
+            " {side} port counters during the burst (also count other traffic):"
         );
-        for (name, increase) in &outcome.remote_counters {
+        for (name, increase) in counters {
             let _ = writeln!(out, "   {name:<36} +{increase}");
         }
     }
@@ -420,6 +426,7 @@ mod tests {
         r.min_window_bandwidth_bytes_per_second = 900_000.0;
         r.per_qp_bandwidth_min_bytes_per_second = Some(450_000.0);
         o.remote_counters = vec![("port_rcv_data".into(), 42)];
+        o.local_counters = vec![("completer_retry_err".into(), 3)];
         o.validated = false;
         let h = ReportHeader {
             rate_limit: Some("8Mbps".parse().unwrap()),
@@ -438,6 +445,12 @@ mod tests {
         );
         assert!(
             text.contains("port_rcv_data") && text.contains("+42"),
+            "{text}"
+        );
+        assert!(
+            text.contains(" Local port counters during the burst")
+                && text.contains("completer_retry_err")
+                && text.contains("+3"),
             "{text}"
         );
         assert!(text.contains("Validated              : no"), "{text}");

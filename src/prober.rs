@@ -21,7 +21,7 @@ use crate::control::{
     SessionRequest,
 };
 use crate::metrics::process::process_cpu_seconds;
-use crate::port::{self, CounterReader, CounterSnapshot, IncreaseStatus, Sysfs};
+use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
@@ -572,7 +572,7 @@ impl Session {
             })
             .await?;
         let counters_after = read_counters(self.counters.clone()).await;
-        outcome.local_counters = local_increases(counters_before, counters_after);
+        outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
         let (report, timing) = match result {
             Ok(r) => r,
             Err(BurstFailure { error, partial }) => {
@@ -659,33 +659,12 @@ async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
 }
 
 /// The port's allowlisted counters now (a few small sysfs files, on a blocking thread); `None`
-/// when the port has none.
-async fn read_counters(reader: Option<CounterReader>) -> Option<CounterSnapshot> {
+/// when the port has none. Shared with the responder, which reads its own around each burst.
+pub(crate) async fn read_counters(reader: Option<CounterReader>) -> Option<CounterSnapshot> {
     let reader = reader?;
     tokio::task::spawn_blocking(move || reader.read())
         .await
         .ok()
-}
-
-/// The non-zero increases from `before` to `after`, by label. A counter that went backwards
-/// (reset) counts 0 for the burst (docs/metrics.md, "Port counters").
-fn local_increases(
-    before: Option<CounterSnapshot>,
-    after: Option<CounterSnapshot>,
-) -> Vec<(String, u64)> {
-    let (Some(before), Some(after)) = (before, after) else {
-        return Vec::new();
-    };
-    port::increases(&before, &after)
-        .into_iter()
-        .filter(|i| {
-            if i.status == IncreaseStatus::Reset {
-                tracing::debug!(counter = i.label(), "port counter reset during the burst");
-            }
-            i.increase > 0
-        })
-        .map(|i| (i.label().to_owned(), i.increase))
-        .collect()
 }
 
 /// A burst handed to the session's burst thread, with the QP set it runs on.
@@ -817,31 +796,6 @@ fn random_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn local_increases_are_the_non_zero_ones_and_resets_count_nothing() {
-        let spec = |name| port::lookup(port::CounterSource::Hw, name).unwrap();
-        let mut before = CounterSnapshot::new();
-        let mut after = CounterSnapshot::new();
-        for (name, b, a) in [
-            ("sent_pkts", 100, 1100),
-            ("completer_retry_err", 5, 5),
-            ("rcvd_seq_err", 9, 2),
-            ("duplicate_request", 0, 4),
-        ] {
-            before.insert(spec(name), b);
-            after.insert(spec(name), a);
-        }
-        assert_eq!(
-            local_increases(Some(before.clone()), Some(after)),
-            [
-                ("duplicate_request".to_owned(), 4),
-                ("sent_pkts".to_owned(), 1000)
-            ]
-        );
-        assert!(local_increases(Some(before), None).is_empty());
-        assert!(local_increases(None, None).is_empty());
-    }
 
     fn settings(length: BurstLength, rate_limit: Option<RateLimit>) -> ProbeSettings {
         ProbeSettings {

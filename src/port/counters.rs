@@ -133,6 +133,28 @@ pub fn increases(before: &CounterSnapshot, after: &CounterSnapshot) -> Vec<Count
         .collect()
 }
 
+/// The non-zero increases from `before` to `after` as (label, increase), in label order: what a
+/// burst's report carries (a reset counts 0, so it is not there). Empty unless both readings
+/// exist.
+pub fn nonzero_increases(
+    before: Option<CounterSnapshot>,
+    after: Option<CounterSnapshot>,
+) -> Vec<(String, u64)> {
+    let (Some(before), Some(after)) = (before, after) else {
+        return Vec::new();
+    };
+    increases(&before, &after)
+        .into_iter()
+        .filter(|i| {
+            if i.status == IncreaseStatus::Reset {
+                tracing::debug!(counter = i.label(), "port counter went backwards: reset");
+            }
+            i.increase > 0
+        })
+        .map(|i| (i.label().to_owned(), i.increase))
+        .collect()
+}
+
 /// The total increase of `kind` from the most direct source that has a counter of that kind
 /// (`counters/`, then `hw_counters/`, then the netdev), with that source; `None` when no
 /// counter of `kind` is there. Counters of one source add up (irdma counts IPv4 and IPv6
@@ -255,6 +277,30 @@ mod tests {
         assert_eq!(json["counter"], "sent_pkts");
         assert_eq!(json["increase"], 3);
         assert_eq!(json["status"], "counted");
+    }
+
+    #[test]
+    fn reports_carry_the_non_zero_increases_and_resets_count_nothing() {
+        let mut before = CounterSnapshot::new();
+        let mut after = CounterSnapshot::new();
+        for (name, b, a) in [
+            ("sent_pkts", 100, 1100),
+            ("completer_retry_err", 5, 5),
+            ("rcvd_seq_err", 9, 2),
+            ("duplicate_request", 0, 4),
+        ] {
+            before.insert(spec(CounterSource::Hw, name), b);
+            after.insert(spec(CounterSource::Hw, name), a);
+        }
+        assert_eq!(
+            nonzero_increases(Some(before.clone()), Some(after)),
+            [
+                ("duplicate_request".to_owned(), 4),
+                ("sent_pkts".to_owned(), 1000)
+            ]
+        );
+        assert!(nonzero_increases(Some(before), None).is_empty());
+        assert!(nonzero_increases(None, None).is_empty());
     }
 
     #[test]

@@ -26,7 +26,9 @@ mod sysfs;
 pub use allowlist::{
     by_label, lookup, CounterKind, CounterSource, CounterSpec, CounterUnit, ALLOWLIST,
 };
-pub use counters::{increase, increases, total, CounterIncrease, CounterSnapshot, IncreaseStatus};
+pub use counters::{
+    increase, increases, nonzero_increases, total, CounterIncrease, CounterSnapshot, IncreaseStatus,
+};
 pub use error::PortError;
 pub use facts::{effective_rate, DeviceFacts, PortFacts};
 pub use link_rate::{LinkRate, LinkSpeed};

@@ -1,6 +1,6 @@
 //! The `port` module on real kernel sysfs: `devices --json` and the exporter's port gauges on
 //! rxe0, and the allowlisted counters rising across a loopback burst (read by `devices` around
-//! it, and by the prober within it).
+//! it, and by the prober and the responder within it).
 
 use serde_json::Value;
 
@@ -105,9 +105,20 @@ fn port_facts_and_counters_on_rxe() {
         (200..=sent).contains(&probe_sent),
         "probe's sent_pkts +{probe_sent}, devices' +{sent}"
     );
+    // The responder (the same rxe0 here) read its counters around the burst and returned them.
+    let remote_received = probe["remote_counters"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c[0] == "rcvd_pkts"))
+        .and_then(|c| c[1].as_u64())
+        .unwrap_or_else(|| panic!("no rcvd_pkts in the responder's counters: {probe}"));
+    assert!(
+        (200..=received).contains(&remote_received),
+        "responder's rcvd_pkts +{remote_received}, devices' +{received}"
+    );
     eprintln!(
         "rxe0: rate {rate_text:?} (netdev speed {}), {:.2} Gb/s; loopback burst of 200 x 16 KiB: \
-         sent_pkts +{sent} (+{probe_sent} within the burst), rcvd_pkts +{received}",
+         sent_pkts +{sent} (+{probe_sent} as the prober read them), rcvd_pkts +{received} \
+         (+{remote_received} as the responder read them)",
         results["netdev_speed"],
         rate as f64 / 1e9
     );

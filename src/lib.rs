@@ -13,6 +13,7 @@ pub mod exporter;
 pub mod http;
 pub mod metrics;
 pub mod perftest;
+pub mod port;
 pub mod prober;
 pub mod readiness;
 pub mod reason;

@@ -21,6 +21,7 @@ use crate::control::{
     SessionRequest,
 };
 use crate::metrics::process::process_cpu_seconds;
+use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
@@ -89,6 +90,9 @@ pub struct ProbeOutcome {
     pub qps: u16,
     pub local_link_rate_bits_per_second: Option<u64>,
     pub peer_link_rate_bits_per_second: Option<u64>,
+    /// Increases of this node's allowlisted port counters during the burst (non-zero ones, by
+    /// label; docs/metrics.md, "Port counters"). Port-level: other traffic counts too.
+    pub local_counters: Vec<(String, u64)>,
     /// Port counter increases the responder saw during the burst.
     pub remote_counters: Vec<(String, u64)>,
     /// Time from asking for a burst on a warm session to its first WRITE.
@@ -338,6 +342,9 @@ pub struct Session {
     /// Message slots per QP on both ends (see `session`).
     slots: u64,
     worker: BurstWorker,
+    /// The local port's allowlisted counters, read before and after each burst; `None` when
+    /// sysfs has none for the port.
+    counters: Option<CounterReader>,
     /// The responder ended the session before a burst (idle timeout): rebuild, not a failure.
     closed_by_responder: bool,
 }
@@ -379,6 +386,7 @@ impl Session {
             .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
         let device = set.ctx.device_name().to_string();
         let local_rate = set.ctx.port_info().link_rate_bits_per_second;
+        let counters = counter_reader(&device, set.ctx.port()).await;
 
         let mut conn = connect(&settings.target, settings.timeout).await?;
         client_handshake(
@@ -445,6 +453,7 @@ impl Session {
             seed,
             slots,
             worker,
+            counters,
             closed_by_responder: false,
         })
     }
@@ -526,6 +535,8 @@ impl Session {
         })?;
         let burst_id = self.next_burst_id;
         self.next_burst_id += 1;
+        // Read before the responder is asked: no probe traffic flows until the burst starts.
+        let counters_before = read_counters(self.counters.clone()).await;
         // Filled after the previous burst (off the path from request to first WRITE).
         let seed = self.seed;
         let start = Message::BurstStart {
@@ -560,6 +571,8 @@ impl Session {
                 slots: self.slots,
             })
             .await?;
+        let counters_after = read_counters(self.counters.clone()).await;
+        outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
         let (report, timing) = match result {
             Ok(r) => r,
             Err(BurstFailure { error, partial }) => {
@@ -626,6 +639,32 @@ impl Session {
             .send(&Message::Close, Duration::from_millis(500))
             .await;
     }
+}
+
+/// The allowlisted counter files of the session's port, found once per session (on a blocking
+/// thread); `None`, logged, when sysfs has no such port. The device is one the exporter or the
+/// CLI opened, so never an excluded one.
+async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
+    let name = device.to_owned();
+    let found = tokio::task::spawn_blocking(move || Sysfs::system().counter_reader(&name, port))
+        .await
+        .ok()?;
+    match found {
+        Ok(reader) => Some(reader),
+        Err(e) => {
+            tracing::debug!(device, port, error = %e, "no port counters for the session's port");
+            None
+        }
+    }
+}
+
+/// The port's allowlisted counters now (a few small sysfs files, on a blocking thread); `None`
+/// when the port has none. Shared with the responder, which reads its own around each burst.
+pub(crate) async fn read_counters(reader: Option<CounterReader>) -> Option<CounterSnapshot> {
+    let reader = reader?;
+    tokio::task::spawn_blocking(move || reader.read())
+        .await
+        .ok()
 }
 
 /// A burst handed to the session's burst thread, with the QP set it runs on.

@@ -29,6 +29,8 @@ use crate::control::{
     RemoteRegion, SessionAccept, SessionRequest,
 };
 use crate::metrics::{ResponderMetrics, SessionResult};
+use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
+use crate::prober::read_counters;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
@@ -554,6 +556,8 @@ impl Drop for BurstSlot {
 struct RunningBurst {
     id: u64,
     seed: u64,
+    /// The port's allowlisted counters when the burst was asked for.
+    counters_before: Option<CounterSnapshot>,
     /// How long to wait for its `burst_end`: the prober's own deadline plus the control timeout,
     /// or (unpaced, no deadline) the idle timeout; never less than the idle timeout.
     wait_for_end: Duration,
@@ -565,6 +569,8 @@ struct Active {
     set: QpSet,
     _pinned: PinnedReservation,
     burst: Option<RunningBurst>,
+    /// The port's allowlisted counters, read around each burst; `None` when sysfs has none.
+    counters: Option<CounterReader>,
 }
 
 /// How long a prober is told to wait when the device is busy.
@@ -613,7 +619,11 @@ impl SessionHandler {
                     burst_id,
                     seed,
                     deadline_ms,
-                } => self.on_burst_start(burst_id, seed, deadline_ms)?,
+                } => {
+                    let reader = self.active.as_ref().and_then(|a| a.counters.clone());
+                    let before = read_counters(reader).await;
+                    self.on_burst_start(burst_id, seed, deadline_ms, before)?
+                }
                 Message::BurstEnd {
                     burst_id,
                     outcome,
@@ -686,6 +696,7 @@ impl SessionHandler {
         burst_id: u64,
         seed: u64,
         deadline_ms: Option<u64>,
+        counters_before: Option<CounterSnapshot>,
     ) -> Result<Message, SessionFailure> {
         let settings = &self.shared.settings;
         let state = self
@@ -716,6 +727,7 @@ impl SessionHandler {
         state.burst = Some(RunningBurst {
             id: burst_id,
             seed,
+            counters_before,
             wait_for_end,
             _slot: slot,
         });
@@ -734,7 +746,7 @@ impl SessionHandler {
             .active
             .as_mut()
             .ok_or_else(|| failure(ErrorReason::Protocol, "burst_end before session"))?;
-        let Some(burst) = state.burst.take() else {
+        let Some(mut burst) = state.burst.take() else {
             return Err(failure(
                 ErrorReason::Protocol,
                 "burst_end without burst_start",
@@ -750,6 +762,10 @@ impl SessionHandler {
             tracing::info!(node = %self.node, %reason, %detail, "prober reported a failed burst");
             return Ok(None);
         }
+        // The prober saw every completion: the burst's traffic is over.
+        let counters_before = burst.counters_before.take();
+        let counters_after = read_counters(state.counters.clone()).await;
+        let counters = port::nonzero_increases(counters_before, counters_after);
         let verdict = self.verify(burst, posted_per_qp).await?;
         let device = self.chosen_device()?.name();
         self.shared
@@ -763,7 +779,7 @@ impl SessionHandler {
             burst_id,
             validated: verdict.detail.is_none(),
             detail: verdict.detail,
-            counters: Vec::new(),
+            counters,
             verified_messages: verdict.verified_messages,
         })))
     }
@@ -872,12 +888,20 @@ fn open_session(
         mtu: mtu.bytes(),
         link_rate_bits_per_second: set.ctx.port_info().link_rate_bits_per_second,
     };
+    let counters = match Sysfs::system().counter_reader(set.ctx.device_name(), set.ctx.port()) {
+        Ok(reader) => Some(reader),
+        Err(e) => {
+            tracing::debug!(error = %e, "no port counters for the session's port");
+            None
+        }
+    };
     Ok((
         accept,
         Active {
             set,
             _pinned: pinned,
             burst: None,
+            counters,
         },
     ))
 }

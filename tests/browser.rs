@@ -100,6 +100,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
         target_bytes_per_second: target,
         setup_seconds: Some(0.02),
         at_unix_seconds: at,
+        counters: Vec::new(),
     };
     for p in [ok_path(), failing_path(), attempted_path(), deferred_path()] {
         recorder.apply(ProbeEvent::Attempt(p));

@@ -345,6 +345,71 @@ fn devices_json() {
     assert!(r.stderr.contains("no RDMA device"), "{}", r.describe());
 }
 
+/// A fixture sysfs tree (tests/fixtures/sysfs): `devices` lists what it says even where verbs
+/// has no device, and never touches an excluded one.
+fn sysfs_fixture(tree: &str) -> String {
+    format!("{}/tests/fixtures/sysfs/{tree}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn devices_from_a_sysfs_tree() {
+    let root = sysfs_fixture("mlx5-roce");
+    let r = run(&[
+        "devices",
+        "--json",
+        "--sysfs-root",
+        &root,
+        "--exclude",
+        "mlx5_8",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    if !host_has_rdma() {
+        assert!(
+            r.stderr.contains("no RDMA device") && r.stderr.contains("sysfs says only"),
+            "{}",
+            r.describe()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("devices --json");
+    let devices = v.as_array().expect("an array");
+    let by_name = |name: &str| devices.iter().find(|d| d["name"] == name);
+    let m0 = by_name("mlx5_0").unwrap_or_else(|| panic!("mlx5_0: {}", r.describe()));
+    let port = &m0["ports"][0]["sysfs"];
+    assert_eq!(
+        port["link_rate_bits_per_second"], 100_000_000_000u64,
+        "{m0}"
+    );
+    assert_eq!(port["state"], "active", "{m0}");
+    assert_eq!(port["phys_state"], "link_up", "{m0}");
+    assert_eq!(port["netdev"]["name"], "ens1f0np0", "{m0}");
+    assert_eq!(port["counters"]["out_of_sequence"], 12, "{m0}");
+    assert_eq!(m0["pci"]["numa_node"], 0, "{m0}");
+    let m1 = by_name("mlx5_1").expect("mlx5_1");
+    assert_eq!(m1["pci"]["link"]["width"], 8, "{m1}");
+    assert_eq!(m1["pci"]["link"]["max_width"], 16, "{m1}");
+    assert!(by_name("mlx5_8").is_none(), "excluded: {}", r.stdout);
+
+    let r = run(&["devices", "--sysfs-root", &sysfs_fixture("rxe")]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    assert!(
+        r.stdout
+            .contains("rate 2.5 Gb/sec (1X SDR), netdev eth0 speed unknown MTU 1500"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        r.stdout.contains("completer_retry_err=9"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn devices_exclude_names_are_checked() {
+    assert_usage_error(&["devices", "--exclude", ""], &["--exclude"]);
+    assert_usage_error(&["devices", "--exclude", "a b"], &["--exclude"]);
+}
+
 #[test]
 fn failed_probe_prints_one_json_object_and_exits_1() {
     // Port 1 on loopback: nothing listens there.

@@ -247,6 +247,7 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
+                counters: Vec::new(),
             },
         ));
     }
@@ -258,6 +259,54 @@ async fn probe_families_of_many_paths_pass_promtool() {
     assert_eq!(text.status, 200);
     assert_eq!(text.body.matches("rdma_probe_success{").count(), 50);
     promtool::assert_promtool_accepts(&text.body);
+    let _ = server.stop.send(());
+}
+
+#[tokio::test]
+async fn port_families_from_every_fixture_tree_pass_promtool() {
+    use rdma_probe_exporter::exporter::ports::report;
+    use rdma_probe_exporter::metrics::probe::{ProbeEvent, ProbeRecorder};
+    use rdma_probe_exporter::port::Sysfs;
+    let server = start().await;
+    let mut recorder = ProbeRecorder::new(server.metrics.probes.clone().expect("exporter metrics"));
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs");
+    let mut ports = 0;
+    for tree in ["mlx5-roce", "mlx5-ib", "rxe"] {
+        let sysfs = Sysfs::new(fixtures.join(tree)).excluding(["mlx5_8"]);
+        let wanted: Vec<(String, u8)> = sysfs
+            .devices()
+            .unwrap()
+            .into_iter()
+            .map(|d| (d, 1))
+            .collect();
+        ports += wanted.len();
+        // One recorder per node in production; here the trees share one, so each report
+        // replaces the last: check each scrape.
+        let (report, failed) = report(&sysfs, &wanted);
+        assert!(failed.is_empty(), "{failed:?}");
+        recorder.apply(ProbeEvent::Ports(report));
+        let text = get(server.addr, "/metrics", None).await;
+        assert_eq!(text.status, 200);
+        assert_eq!(
+            text.body.matches("rdma_probe_port_up{").count(),
+            wanted.len(),
+            "{}",
+            text.body
+        );
+        promtool::assert_promtool_accepts(&text.body);
+        let om = get(
+            server.addr,
+            "/metrics",
+            Some("application/openmetrics-text"),
+        )
+        .await;
+        assert!(
+            om.body.contains("# TYPE rdma_probe_port_up gauge"),
+            "{}",
+            om.body
+        );
+    }
+    assert_eq!(ports, 5);
     let _ = server.stop.send(());
 }
 
@@ -285,6 +334,7 @@ async fn the_status_page_lists_every_probed_path() {
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.7e9,
+            counters: Vec::new(),
         },
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -83,7 +83,9 @@ Exit status 0 only if the burst ran and the responder verified its data.";
 const DEVICES_EXAMPLES: &str = "\
 Examples:
   rdma-probe-exporter devices
-  rdma-probe-exporter devices --json | jq '.[].ports[].link_rate_bits_per_second'";
+  rdma-probe-exporter devices --exclude mlx5_8
+  rdma-probe-exporter devices --json | jq '.[].ports[].sysfs.link_rate_bits_per_second'
+  rdma-probe-exporter devices --sysfs-root /host/sys   # a container with the host's /sys there";
 
 const CHECK_CONFIG_EXAMPLES: &str = "\
 Examples:
@@ -185,11 +187,14 @@ pub enum Command {
     #[command(after_help = PROBE_EXAMPLES)]
     Probe(ProbeArgs),
 
-    /// List RDMA devices, ports, link rates and GID tables.
+    /// List RDMA devices, ports, link rates, PCIe links, counters and GID tables.
     ///
-    /// For each device and port: state, link layer, active/max MTU, link rate in Gb/s with its
-    /// width and speed, and every readable GID with its index, type and netdev. The GID a probe
-    /// picks when --gid-index is not given is marked with `*`.
+    /// For each device: firmware, PCI address, PCIe link speed and width against their maximum
+    /// (DEGRADED when below) and NUMA node. For each port: state, link layer, active/max MTU,
+    /// link rate with its width and speed, what sysfs says (physical state, the `rate` file,
+    /// the RoCE netdev's speed and MTU, and the link rate: the lower of the two), the non-zero
+    /// allowlisted port counters, and every readable GID with its index, type and netdev. The
+    /// GID a probe picks when --gid-index is not given is marked with `*`.
     #[command(after_help = DEVICES_EXAMPLES)]
     Devices(DevicesArgs),
 
@@ -711,9 +716,19 @@ pub struct ProbeArgs {
 /// `devices` flags.
 #[derive(Debug, Args)]
 pub struct DevicesArgs {
-    /// Print the device list as JSON (an array of devices with their ports and GIDs).
+    /// Print the device list as JSON (an array of devices with their ports, GIDs and, under
+    /// `sysfs`, what sysfs says about each port).
     #[arg(long)]
     pub json: bool,
+
+    /// Never open, query or read this device, not even in sysfs (repeatable; as the config's
+    /// `exclude_devices`: some firmware-restricted NICs flood the kernel log when read).
+    #[arg(long, value_name = "DEVICE", value_parser = parse_name)]
+    pub exclude: Vec<String>,
+
+    /// Where sysfs is mounted (a container may have the host's at another path).
+    #[arg(long, value_name = "DIR", default_value = crate::port::SYSTEM_ROOT)]
+    pub sysfs_root: PathBuf,
 }
 
 /// `run` arguments.
@@ -750,8 +765,16 @@ pub enum Action {
     Run { config: PathBuf },
     Responder(ResponderAction),
     Probe(ProbeAction),
-    Devices { json: bool },
+    Devices(DevicesAction),
     CheckConfig(PathBuf),
+}
+
+/// A validated `devices` command.
+#[derive(Debug)]
+pub struct DevicesAction {
+    pub json: bool,
+    pub exclude: Vec<String>,
+    pub sysfs_root: PathBuf,
 }
 
 /// A validated `responder` command.
@@ -788,7 +811,11 @@ impl Cli {
         let action = match self.command {
             Command::Responder(args) => Action::Responder(args.into_action()?),
             Command::Probe(args) => Action::Probe(args.into_action()?),
-            Command::Devices(args) => Action::Devices { json: args.json },
+            Command::Devices(args) => Action::Devices(DevicesAction {
+                json: args.json,
+                exclude: args.exclude,
+                sysfs_root: args.sysfs_root,
+            }),
             Command::CheckConfig(args) => Action::CheckConfig(args.file),
             Command::Run(args) => Action::Run {
                 config: args.config,

@@ -14,7 +14,6 @@ use std::fmt::Write as _;
 use crate::burst::BurstLength;
 use crate::config::RateLimit;
 use crate::prober::ProbeOutcome;
-use crate::verbs::{select_gid, DeviceInfo, LinkLayer, PortInfo};
 
 /// Bytes in a MiB, perftest's default bandwidth unit (2^20 B/s).
 pub const BYTES_PER_MIB: f64 = 1_048_576.0;
@@ -262,12 +261,18 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
             (false, _) => "no".to_string(),
         }
     );
-    if !outcome.remote_counters.is_empty() {
+    for (side, counters) in [
+        ("Local", &outcome.local_counters),
+        ("Peer", &outcome.remote_counters),
+    ] {
+        if counters.is_empty() {
+            continue;
+        }
         let _ = writeln!(
             out,
-            " Peer port counters during the burst (also count other traffic):"
+            " {side} port counters during the burst (also count other traffic):"
         );
-        for (name, increase) in &outcome.remote_counters {
+        for (name, increase) in counters {
             let _ = writeln!(out, "   {name:<36} +{increase}");
         }
     }
@@ -288,74 +293,6 @@ pub fn format_probe_error(target: &str, outcome: &ProbeOutcome) -> String {
     }
 }
 
-/// The `devices` listing: per device and port, the state, link layer, MTU, link rate and the
-/// GID table, with the GID a probe would pick by default marked `*`.
-pub fn format_devices(devices: &[DeviceInfo]) -> String {
-    let mut out = String::new();
-    let mut marked = false;
-    for device in devices {
-        let _ = writeln!(out, "{}", device.name);
-        if let Some(error) = &device.error {
-            let _ = writeln!(out, "  error: {error}");
-        }
-        for port in &device.ports {
-            marked |= format_port(&mut out, port);
-        }
-    }
-    if marked {
-        let _ = writeln!(
-            out,
-            "\n* = the GID a probe uses on that port when --gid-index is not given"
-        );
-    }
-    out
-}
-
-/// Writes one port; returns whether a default GID was marked.
-fn format_port(out: &mut String, port: &PortInfo) -> bool {
-    let mtu = |m: Option<u32>| m.map_or_else(|| "?".to_owned(), |m| m.to_string());
-    let _ = writeln!(
-        out,
-        "  port {}: {}, {}, MTU {}/{} (active/max), {} ({})",
-        port.port,
-        port.state,
-        port.link_layer,
-        mtu(port.active_mtu),
-        mtu(port.max_mtu),
-        format_link_rate(port.link_rate_bits_per_second),
-        port.link_description()
-    );
-    if port.link_layer == LinkLayer::InfiniBand {
-        let _ = writeln!(out, "    LID {}", port.lid);
-    }
-    if port.gids.is_empty() {
-        let _ = writeln!(out, "    no readable GIDs");
-        return false;
-    }
-    // On InfiniBand a probe uses LID routing (no GRH) unless --gid-index is given.
-    let default = match port.link_layer {
-        LinkLayer::InfiniBand => None,
-        _ => select_gid(&port.gids),
-    };
-    let _ = writeln!(
-        out,
-        "      {:<5} {:<10} {:<16} ADDRESS",
-        "GID", "TYPE", "NETDEV"
-    );
-    for gid in &port.gids {
-        let mark = if Some(gid.index) == default { '*' } else { ' ' };
-        let _ = writeln!(
-            out,
-            "    {mark} {:<5} {:<10} {:<16} {}",
-            gid.index,
-            gid.gid_type.to_string(),
-            gid.netdev.as_deref().unwrap_or("-"),
-            gid.gid
-        );
-    }
-    default.is_some()
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -363,7 +300,6 @@ mod tests {
     use super::*;
     use crate::burst::BurstReport;
     use crate::reason::ErrorReason;
-    use crate::verbs::{Gid, GidEntry, GidType, PortState};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
@@ -490,6 +426,7 @@ mod tests {
         r.min_window_bandwidth_bytes_per_second = 900_000.0;
         r.per_qp_bandwidth_min_bytes_per_second = Some(450_000.0);
         o.remote_counters = vec![("port_rcv_data".into(), 42)];
+        o.local_counters = vec![("completer_retry_err".into(), 3)];
         o.validated = false;
         let h = ReportHeader {
             rate_limit: Some("8Mbps".parse().unwrap()),
@@ -508,6 +445,12 @@ mod tests {
         );
         assert!(
             text.contains("port_rcv_data") && text.contains("+42"),
+            "{text}"
+        );
+        assert!(
+            text.contains(" Local port counters during the burst")
+                && text.contains("completer_retry_err")
+                && text.contains("+3"),
             "{text}"
         );
         assert!(text.contains("Validated              : no"), "{text}");
@@ -545,66 +488,5 @@ mod tests {
             format_probe_error("h:1", &busy),
             "probe of h:1 deferred (busy): the responder is busy"
         );
-    }
-
-    fn gid(index: u32, text: &str, gid_type: GidType) -> GidEntry {
-        let addr: std::net::Ipv6Addr = text.parse().unwrap();
-        GidEntry {
-            index,
-            gid: Gid(addr.octets()),
-            gid_type,
-            netdev: Some("eth0".into()),
-        }
-    }
-
-    #[test]
-    fn devices_listing() {
-        let devices = vec![
-            DeviceInfo {
-                name: "rxe0".into(),
-                ports: vec![PortInfo {
-                    port: 1,
-                    state: PortState::Active,
-                    active_mtu: Some(1024),
-                    max_mtu: Some(4096),
-                    link_layer: LinkLayer::Ethernet,
-                    lid: 0,
-                    active_width: 2,
-                    active_speed: 16,
-                    link_rate_bits_per_second: Some(100_000_000_000),
-                    gids: vec![
-                        gid(0, "fe80::1", GidType::RoceV2),
-                        gid(1, "fe80::1", GidType::RoceV1),
-                        gid(2, "::ffff:10.0.0.1", GidType::RoceV2),
-                    ],
-                }],
-                error: None,
-            },
-            DeviceInfo {
-                name: "mlx5_9".into(),
-                ports: vec![],
-                error: Some("open failed: permission denied".into()),
-            },
-        ];
-        let text = format_devices(&devices);
-        println!("{text}");
-        assert!(text.contains("rxe0\n"), "{text}");
-        assert!(
-            text.contains("port 1: active, ethernet, MTU 1024/4096 (active/max), 100.00 Gb/s"),
-            "{text}"
-        );
-        assert!(
-            text.contains("* 2     roce_v2    eth0             ::ffff:10.0.0.1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("  0     roce_v2    eth0             fe80::1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("mlx5_9\n  error: open failed: permission denied"),
-            "{text}"
-        );
-        assert!(text.contains("* = the GID a probe uses"), "{text}");
     }
 }

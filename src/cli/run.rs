@@ -12,11 +12,13 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
-use super::args::{Action, LogFormat, Logging, ProbeAction, ResponderAction};
+use super::args::{Action, DevicesAction, LogFormat, Logging, ProbeAction, ResponderAction};
+use super::devices;
 use super::report::{self, ReportHeader};
 use crate::config::Config;
 use crate::http;
 use crate::metrics::Metrics;
+use crate::port::{DeviceFacts, PortError, Sysfs};
 use crate::readiness::Readiness;
 use crate::{exporter, prober, responder, verbs};
 
@@ -44,7 +46,7 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
     match action {
         Action::Responder(action) => run_responder(action).await,
         Action::Probe(action) => run_probe(action).await,
-        Action::Devices { json } => run_devices(json),
+        Action::Devices(action) => run_devices(action),
         Action::CheckConfig(file) => run_check_config(&file),
         Action::Run { config } => run_exporter(config).await,
     }
@@ -225,21 +227,64 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-fn run_devices(json: bool) -> anyhow::Result<ExitCode> {
+fn run_devices(action: DevicesAction) -> anyhow::Result<ExitCode> {
+    let sysfs = Sysfs::new(&action.sysfs_root).excluding(action.exclude.iter().cloned());
+    let verbs = verbs::list_devices_filtered(|name| !sysfs.is_excluded(name));
+    let in_sysfs = match sysfs.devices() {
+        Ok(names) => names,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list RDMA devices in sysfs");
+            Vec::new()
+        }
+    };
     // No RDMA stack or no device is an error (exit 1) with verbs' message, which says what is
-    // missing (kernel support, libibverbs, devices).
-    let devices = verbs::list_devices()?;
+    // missing (kernel support, libibverbs, devices); sysfs alone still lists what it knows.
+    let verbs = match verbs {
+        Ok(list) => list,
+        Err(e) if in_sysfs.is_empty() => return Err(e.into()),
+        Err(e) => {
+            eprintln!("warning: {e}; listing what sysfs says only");
+            Vec::new()
+        }
+    };
+    let mut names = in_sysfs;
+    for d in &verbs {
+        if !names.contains(&d.name) {
+            names.push(d.name.clone());
+        }
+    }
+    let facts = names
+        .into_iter()
+        .map(|name| {
+            let facts = sysfs_facts(&sysfs, &name).map_err(|e| e.to_string());
+            (name, facts)
+        })
+        .collect();
+    let listing = devices::merge(&verbs, facts);
     let mut stdout = std::io::stdout().lock();
-    if json {
-        let text = serde_json::to_string_pretty(&devices).context("serializing the devices")?;
+    if action.json {
+        let text = serde_json::to_string_pretty(&listing).context("serializing the devices")?;
         writeln!(stdout, "{text}").context("writing to stdout")?;
     } else {
         stdout
-            .write_all(report::format_devices(&devices).as_bytes())
+            .write_all(devices::format(&listing).as_bytes())
             .context("writing to stdout")?;
     }
     stdout.flush().context("writing to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A device's sysfs facts with every port's allowlisted counters (left out where they cannot
+/// be read).
+fn sysfs_facts(sysfs: &Sysfs, name: &str) -> Result<DeviceFacts, PortError> {
+    let mut facts = sysfs.device(name)?;
+    for port in &mut facts.ports {
+        port.counters = sysfs
+            .port_with_counters(name, port.port)
+            .ok()
+            .and_then(|f| f.counters);
+    }
+    Ok(facts)
 }
 
 /// `check-config`: the resolved config on stdout and exit 0, or the first error on stderr and

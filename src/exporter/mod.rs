@@ -13,10 +13,13 @@
 //! - the **admin HTTP server** serves `/metrics`, `/healthz`, `/readyz`, `POST /-/reload` and
 //!   the status page;
 //! - a **file watcher** asks for a reload when the config file's content changes (also when a
-//!   Kubernetes ConfigMap swaps its symlink).
+//!   Kubernetes ConfigMap swaps its symlink);
+//! - a **port reader** ([`ports::run`]) reads the probed ports' facts from sysfs every 30 s for
+//!   the port and PCIe gauges.
 
 pub mod device;
 pub mod paths;
+pub mod ports;
 pub mod service;
 pub mod watch;
 
@@ -33,6 +36,7 @@ use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
 use crate::http::{self, ExporterPages};
 use crate::metrics::Metrics;
+use crate::port::Sysfs;
 use crate::prober::ProbeError;
 use crate::readiness::Readiness;
 use crate::responder::{self, ResponderSettings, ServedDevice};
@@ -155,6 +159,12 @@ pub async fn run(
         reload_tx,
         watch::POLL_INTERVAL,
     ));
+    let port_facts = tokio::spawn(ports::run(
+        Sysfs::system().excluding(config.exclude_devices().iter().cloned()),
+        devices.iter().map(|d| (d.name.clone(), d.port)).collect(),
+        events.clone(),
+        ports::REFRESH,
+    ));
 
     tracing::info!(
         node = config.node(),
@@ -182,6 +192,7 @@ pub async fn run(
     probing.set(false);
     let _ = stop.send(true);
     watcher.abort();
+    port_facts.abort();
     let workers_done = async {
         for task in worker_tasks {
             let _ = task.await;

@@ -149,6 +149,7 @@ mod tests {
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: None,
                 at_unix_seconds: at,
+                counters: Vec::new(),
             }),
             last_success_unix_seconds: None,
             last_error: Some((ErrorReason::Timeout, "deadline <passed>".into(), at - 600.0)),

@@ -19,6 +19,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
 use crate::prober::ProbeOutcome;
@@ -40,6 +41,15 @@ struct ResultLabels {
     peer: String,
     peer_device: String,
     result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CounterLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    side: &'static str,
+    counter: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +120,48 @@ pub struct ProbeRecord {
     pub setup_seconds: Option<f64>,
     /// Unix time the probe ended.
     pub at_unix_seconds: f64,
+    /// Non-zero increases of allowlisted port counters during the burst, on both ends.
+    pub counters: Vec<CounterRecord>,
+}
+
+/// Which end of a path a port counter was read on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Local,
+    /// The responder's port, as it reported it.
+    Remote,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Local => "local",
+            Side::Remote => "remote",
+        }
+    }
+}
+
+/// One allowlisted port counter's increase during a burst; `counter` is always an allowlist
+/// label (docs/metrics.md, "Port counters").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CounterRecord {
+    pub side: Side,
+    pub counter: &'static str,
+    pub increase: u64,
+}
+
+impl CounterRecord {
+    /// `None` for a label not on the allowlist (a peer cannot add label values) and for a zero
+    /// increase.
+    pub fn new(side: Side, label: &str, increase: u64) -> Option<Self> {
+        let spec = crate::port::by_label(label)?;
+        (increase > 0).then_some(CounterRecord {
+            side,
+            counter: spec.label,
+            increase,
+        })
+    }
 }
 
 impl From<&BurstReport> for BurstFigures {
@@ -155,8 +207,24 @@ impl ProbeRecord {
                 .then_some(outcome.setup_seconds)
                 .flatten(),
             at_unix_seconds,
+            counters: counter_records(outcome),
         }
     }
+}
+
+fn counter_records(outcome: &ProbeOutcome) -> Vec<CounterRecord> {
+    let local = outcome
+        .local_counters
+        .iter()
+        .map(|(label, n)| (Side::Local, label, *n));
+    let remote = outcome
+        .remote_counters
+        .iter()
+        .map(|(label, n)| (Side::Remote, label, *n));
+    local
+        .chain(remote)
+        .filter_map(|(side, label, n)| CounterRecord::new(side, label, n))
+        .collect()
 }
 
 /// What the recorder is told.
@@ -176,6 +244,8 @@ pub enum ProbeEvent {
     Info(InfoLabels),
     /// A local device's scheduling figures (docs/schedule.md, "Metrics").
     Schedule(DeviceScheduleFigures),
+    /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
+    Ports(PortReport),
 }
 
 /// Label sets of the info metrics: `node` plus this node's static labels, and `peer` plus each
@@ -231,6 +301,7 @@ pub struct ProbeFamilies {
     runs: Family<ResultLabels, Counter>,
     errors: Family<ReasonLabels, Counter>,
     deferred: Family<ReasonLabels, Counter>,
+    port_counters: Family<CounterLabels, Counter>,
     setup: Family<PathLabels, FloatGauge>,
     last_success: Family<PathLabels, FloatGauge>,
     burst_duration: Histogram,
@@ -243,6 +314,7 @@ pub struct ProbeFamilies {
     duty_cycle_budget: FloatGauge,
     demand: Family<DeviceLabels, FloatGauge>,
     stretch: Family<DeviceLabels, FloatGauge>,
+    ports: PortFamilies,
 }
 
 impl ProbeFamilies {
@@ -259,6 +331,7 @@ impl ProbeFamilies {
             runs: Family::default(),
             errors: Family::default(),
             deferred: Family::default(),
+            port_counters: Family::default(),
             setup: Family::default(),
             last_success: Family::default(),
             // 1 ms .. ~33 s, doubling: bursts are short by design.
@@ -272,6 +345,7 @@ impl ProbeFamilies {
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
             stretch: Family::default(),
+            ports: PortFamilies::register(registry),
         };
         let f = &families;
         macro_rules! add {
@@ -325,6 +399,12 @@ impl ProbeFamilies {
             "deferred",
             "Probes of this path not run, and not failures, by reason",
             f.deferred.clone()
+        );
+        add!(
+            "port_counter_increase",
+            "Increase of an allowlisted port counter during bursts on this path, by side; \
+             port-level: other traffic on the port counts too",
+            f.port_counters.clone()
         );
         add!(
             "setup_seconds",
@@ -397,6 +477,7 @@ struct SeriesOfPath {
     results: BTreeSet<&'static str>,
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
+    counters: BTreeSet<(&'static str, &'static str)>,
 }
 
 /// The owner of the probe families: applies events, one at a time.
@@ -404,6 +485,7 @@ struct SeriesOfPath {
 pub struct ProbeRecorder {
     families: ProbeFamilies,
     series: BTreeMap<PathLabels, SeriesOfPath>,
+    port_series: PortSeries,
     snapshot: PathSnapshot,
 }
 
@@ -412,6 +494,7 @@ impl ProbeRecorder {
         ProbeRecorder {
             families,
             series: BTreeMap::new(),
+            port_series: PortSeries::default(),
             snapshot: PathSnapshot::default(),
         }
     }
@@ -445,6 +528,7 @@ impl ProbeRecorder {
             ProbeEvent::Deferred(path, reason) => self.on_deferred(path, reason),
             ProbeEvent::Info(info) => self.on_info(info),
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
+            ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
         }
     }
 
@@ -537,6 +621,13 @@ impl ProbeRecorder {
                 figures.as_ref()
             }
         };
+        for c in &record.counters {
+            let side = c.side.as_str();
+            f.port_counters
+                .get_or_create(&counter_labels(&path, side, c.counter))
+                .inc_by(c.increase);
+            series.counters.insert((side, c.counter));
+        }
         if let Some(figures) = figures {
             self.record_figures(&path, figures, record.target_bytes_per_second);
         }
@@ -622,6 +713,10 @@ impl ProbeRecorder {
             for reason in series.deferred {
                 f.deferred.remove(&reason_labels(&path, reason));
             }
+            for (side, counter) in series.counters {
+                f.port_counters
+                    .remove(&counter_labels(&path, side, counter));
+            }
             self.table().remove(&path);
         }
     }
@@ -651,6 +746,16 @@ fn result_labels(path: &PathLabels, result: &'static str) -> ResultLabels {
         peer: path.peer.clone(),
         peer_device: path.peer_device.clone(),
         result,
+    }
+}
+
+fn counter_labels(path: &PathLabels, side: &'static str, counter: &'static str) -> CounterLabels {
+    CounterLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        side,
+        counter,
     }
 }
 
@@ -696,6 +801,7 @@ mod tests {
             target_bytes_per_second: Some(1.25e9),
             setup_seconds: Some(0.02),
             at_unix_seconds: 1_700_000_000.0,
+            counters: Vec::new(),
         }
     }
 
@@ -709,6 +815,7 @@ mod tests {
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1_700_000_060.0,
+            counters: Vec::new(),
         }
     }
 
@@ -850,6 +957,7 @@ mod tests {
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.0,
+            counters: Vec::new(),
         };
         recorder.apply(ProbeEvent::Completed(path("node-b"), busy));
         let text = metrics.encode(Format::PrometheusText).unwrap();
@@ -872,6 +980,7 @@ mod tests {
             target_bytes_per_second: Some(7.5e5),
             setup_seconds: None,
             at_unix_seconds: 5.0,
+            counters: Vec::new(),
         };
         recorder.apply(ProbeEvent::Completed(path("node-b"), slow));
         let text = metrics.encode(Format::PrometheusText).unwrap();
@@ -915,6 +1024,59 @@ mod tests {
             .contains_key(&path("node-b")));
     }
 
+    #[test]
+    fn port_counter_increases_add_up_per_side_and_go_with_the_path() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let outcome = ProbeOutcome {
+            report: None,
+            error: Some(ErrorReason::WcRetryExceeded),
+            local_counters: vec![
+                ("completer_retry_err".into(), 3),
+                ("retry_exceeded_err".into(), 1),
+            ],
+            remote_counters: vec![
+                ("duplicate_request".into(), 2),
+                ("not_on_the_allowlist".into(), 7),
+                ("out_of_seq_request".into(), 0),
+            ],
+            ..ProbeOutcome::default()
+        };
+        let record = ProbeRecord::from_outcome(&outcome, 1.0);
+        assert_eq!(record.counters.len(), 3, "{:?}", record.counters);
+        recorder.apply(ProbeEvent::Completed(path("node-b"), record.clone()));
+        recorder.apply(ProbeEvent::Completed(path("node-b"), record));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let series = |side: &str, counter: &str| {
+            format!(
+                r#"rdma_probe_port_counter_increase_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",counter="{counter}"}}"#
+            )
+        };
+        assert_eq!(
+            sample(&text, &series("local", "completer_retry_err")),
+            Some(6.0)
+        );
+        assert_eq!(
+            sample(&text, &series("local", "retry_exceeded_err")),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, &series("remote", "duplicate_request")),
+            Some(4.0)
+        );
+        assert!(!text.contains("not_on_the_allowlist"), "{text}");
+        assert!(
+            !text.contains("out_of_seq_request"),
+            "a zero creates no series: {text}"
+        );
+        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(
+            !text.contains("rdma_probe_port_counter_increase_total{"),
+            "{text}"
+        );
+    }
+
     /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
     /// deferral) and prints the time and series count; asserts only that every path is there.
     /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
@@ -943,6 +1105,7 @@ mod tests {
                     target_bytes_per_second: None,
                     setup_seconds: None,
                     at_unix_seconds: 1.0,
+                    counters: Vec::new(),
                 },
             ));
         }

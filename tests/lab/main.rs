@@ -10,5 +10,6 @@ mod baseline;
 mod bench;
 mod exporter;
 mod perftest;
+mod port;
 mod probe;
 mod prometheus;

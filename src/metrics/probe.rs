@@ -401,7 +401,7 @@ impl ProbeFamilies {
             f.deferred.clone()
         );
         add!(
-            "port_counter_increase",
+            "port_increase",
             "Increase of an allowlisted port counter during bursts on this path, by side; \
              port-level: other traffic on the port counts too",
             f.port_counters.clone()
@@ -1049,7 +1049,7 @@ mod tests {
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let series = |side: &str, counter: &str| {
             format!(
-                r#"rdma_probe_port_counter_increase_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",counter="{counter}"}}"#
+                r#"rdma_probe_port_increase_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",counter="{counter}"}}"#
             )
         };
         assert_eq!(
@@ -1072,7 +1072,7 @@ mod tests {
         recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(
-            !text.contains("rdma_probe_port_counter_increase_total{"),
+            !text.contains("rdma_probe_port_increase_total{"),
             "{text}"
         );
     }

@@ -9,6 +9,7 @@ mod promtool;
 mod baseline;
 mod bench;
 mod exporter;
+mod image;
 mod perftest;
 mod port;
 mod probe;

@@ -1,0 +1,127 @@
+//! The configs the deployment ships pass `check-config` as each node would run them: the
+//! Kubernetes ConfigMap's (deploy/kubernetes/base/config.yaml: one file for every node, each node
+//! `NODE_NAME` = its node name, skipping its own entry) and the systemd example
+//! (deploy/systemd/config.yaml, its key from the service's credentials directory). deploy/check
+//! proves that the rendered ConfigMap holds exactly the first file.
+
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdma-probe-exporter");
+const KUBERNETES: &str = "deploy/kubernetes/base/config.yaml";
+const SYSTEMD: &str = "deploy/systemd/config.yaml";
+
+struct Checked {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn check_config(file: &str, env: &[(&str, &str)]) -> Checked {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["check-config", file])
+        .env_remove("NODE_NAME")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run check-config");
+    Checked {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The peer lines of check-config's output: `NAME ADDRESS ...`.
+fn peer_line<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no peer {name} in:\n{stdout}"))
+}
+
+#[test]
+fn the_configmap_config_passes_on_every_listed_node_which_skips_itself() {
+    for node in ["gpu-a01", "gpu-a02", "gpu-a03"] {
+        let r = check_config(KUBERNETES, &[("NODE_NAME", node)]);
+        assert_eq!(r.code, 0, "{node}:\n{}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains(&format!("node: {node}\n")),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout
+                .contains("auth: pre-shared key from /etc/rdma-probe/secret/psk"),
+            "the key is the Secret's mount:\n{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("peers: 3 (2 probed, 1 skipped"),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            peer_line(&r.stdout, node).ends_with("skipped: itself"),
+            "{}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn the_configmap_config_passes_on_a_node_not_yet_listed() {
+    let r = check_config(KUBERNETES, &[("NODE_NAME", "gpu-new")]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("peers: 3 (3 probed, 0 skipped"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn the_configmap_config_refuses_to_run_without_node_name() {
+    // The DaemonSet sets NODE_NAME from spec.nodeName; without it a node would not know itself.
+    let r = check_config(KUBERNETES, &[]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("NODE_NAME"), "{}", r.stderr);
+}
+
+#[test]
+fn the_systemd_config_reads_the_key_from_the_credentials_directory() {
+    let r = check_config(
+        SYSTEMD,
+        &[
+            ("NODE_NAME", "hpc-002"),
+            (
+                "CREDENTIALS_DIRECTORY",
+                "/run/credentials/rdma-probe-exporter.service",
+            ),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("auth: pre-shared key from /run/credentials/rdma-probe-exporter.service/psk"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        peer_line(&r.stdout, "hpc-002").ends_with("skipped: itself"),
+        "{}",
+        r.stdout
+    );
+    // By hand, outside the service: the file itself.
+    let r = check_config(SYSTEMD, &[("NODE_NAME", "hpc-001")]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("auth: pre-shared key from /etc/rdma-probe/psk"),
+        "{}",
+        r.stdout
+    );
+}

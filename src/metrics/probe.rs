@@ -1071,10 +1071,7 @@ mod tests {
         );
         recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
-        assert!(
-            !text.contains("rdma_probe_port_increase_total{"),
-            "{text}"
-        );
+        assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
     }
 
     /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy

@@ -152,14 +152,7 @@ struct LabArgs<'a> {
 }
 
 fn run_once(root: &Path, dir: &Path, lab: &LabArgs) -> LabRun {
-    let LabArgs {
-        name,
-        nodes,
-        scenario,
-        bins,
-        files,
-        timeout_s,
-    } = *lab;
+    let (name, nodes, scenario) = (lab.name, lab.nodes, lab.scenario);
     let mut cmd = Command::new(root.join("lab").join("run"));
     cmd.arg("--nodes")
         .arg(nodes.to_string())
@@ -168,11 +161,11 @@ fn run_once(root: &Path, dir: &Path, lab: &LabArgs) -> LabRun {
         .arg("--out")
         .arg(dir)
         .arg("--timeout")
-        .arg(timeout_s.to_string());
-    for bin in bins {
+        .arg(lab.timeout_s.to_string());
+    for bin in lab.bins {
         cmd.arg("--bin").arg(root.join(bin));
     }
-    for file in files {
+    for file in lab.files {
         cmd.arg("--file").arg(root.join(file));
     }
     let started = std::time::Instant::now();

@@ -64,6 +64,31 @@ pub struct ProbeSettings {
     pub max_session_bytes: u64,
 }
 
+impl ProbeSettings {
+    /// The QP path attributes these settings ask for.
+    pub(crate) fn path_options(&self) -> PathOptions {
+        PathOptions {
+            mtu: self.mtu,
+            gid_index: self.local.gid_index,
+            traffic_class: self.traffic_class,
+            service_level: self.service_level,
+            qp_timeout: self.qp_timeout,
+        }
+    }
+}
+
+/// Re-reads the port and refuses to set up a session on one that is not ACTIVE (`port_down`).
+pub(crate) fn ensure_port_active(ctx: &mut Context) -> Result<(), ProbeError> {
+    let state = ctx.refresh_port_info()?.state;
+    if state.is_active() {
+        return Ok(());
+    }
+    Err(ProbeError::new(
+        ErrorReason::PortDown,
+        format!("{} port {} is {state:?}", ctx.device_name(), ctx.port()),
+    ))
+}
+
 /// The result of one probe, successful or not: what `probe --json` prints.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ProbeOutcome {
@@ -359,20 +384,8 @@ impl Session {
         settings: &ProbeSettings,
     ) -> Result<Session, ProbeError> {
         let started = Instant::now();
-        let state = ctx.refresh_port_info()?.state;
-        if !state.is_active() {
-            return Err(ProbeError::new(
-                ErrorReason::PortDown,
-                format!("{} port {} is {state:?}", ctx.device_name(), ctx.port()),
-            ));
-        }
-        let path = PathOptions {
-            mtu: settings.mtu,
-            gid_index: settings.local.gid_index,
-            traffic_class: settings.traffic_class,
-            service_level: settings.service_level,
-            qp_timeout: settings.qp_timeout,
-        };
+        ensure_port_active(&mut ctx)?;
+        let path = settings.path_options();
         let shape = QpSetShape {
             qps: settings.qps,
             slot_bytes: settings.message_size,

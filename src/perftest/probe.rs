@@ -10,9 +10,11 @@ use tokio::net::TcpStream;
 use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
-use crate::prober::{BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings};
+use crate::prober::{
+    ensure_port_active, BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
+};
 use crate::reason::ErrorReason;
-use crate::session::{PathOptions, QpSet, QpSetShape};
+use crate::session::{QpSet, QpSetShape};
 use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
 
 /// perftest's default control port.
@@ -70,21 +72,9 @@ async fn run(
     let started = Instant::now();
     let local = &settings.local;
     let mut ctx = Context::open(local.device.as_deref(), local.port)?;
-    let state = ctx.refresh_port_info()?.state;
-    if !state.is_active() {
-        return Err(failed(
-            ErrorReason::PortDown,
-            format!("{} port {} is {state:?}", ctx.device_name(), ctx.port()),
-        ));
-    }
+    ensure_port_active(&mut ctx)?;
     let worker = BurstWorker::start()?;
-    let path = PathOptions {
-        mtu: settings.mtu,
-        gid_index: local.gid_index,
-        traffic_class: settings.traffic_class,
-        service_level: settings.service_level,
-        qp_timeout: settings.qp_timeout,
-    };
+    let path = settings.path_options();
     // One slot per QP: every WRITE lands at the start of the server's buffer for that QP, as
     // perftest's own client does with messages above half a page.
     let shape = QpSetShape {

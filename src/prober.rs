@@ -657,7 +657,7 @@ impl Session {
 /// The allowlisted counter files of the session's port, found once per session (on a blocking
 /// thread); `None`, logged, when sysfs has no such port. The device is one the exporter or the
 /// CLI opened, so never an excluded one.
-async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
+pub(crate) async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
     let name = device.to_owned();
     let found = tokio::task::spawn_blocking(move || Sysfs::system().counter_reader(&name, port))
         .await

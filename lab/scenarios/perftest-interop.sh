@@ -4,6 +4,8 @@
 #   stock ib_write_bw client -> stock server, and our probe --perftest -> stock server,
 # records both bandwidths, the ratio, and the server's own report of our burst; then one
 # incompatible server (-s 4096, smaller than our 64 KiB WRITEs) must give a clear error fast.
+# Last, the exporter (`run`) on node1 probes node2 as a `mode: perftest` peer on its schedule,
+# while node2 restarts a stock server after each probe, as an operator's loop would.
 bin=rdma-probe-exporter
 N=${PERFTEST_MESSAGES:-500}
 ROUNDS=${PERFTEST_ROUNDS:-3}
@@ -26,6 +28,22 @@ case $LAB_NODE in
       wait $pid
       echo $? >"server-$round.rc"
       lab_signal "server-done-$round"
+    done
+    # The exporter phase: a stock server again and again until node1 is done (each serves one
+    # probe and exits); every exit status is kept.
+    : >loop-rc.txt
+    n=0
+    while [ ! -e /mnt/nodes/node1/signal-exporter-done ]; do
+      n=$((n + 1))
+      timeout 60 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" >"loop-$n.txt" 2>&1 &
+      pid=$!
+      # The server left waiting when node1 is done is stopped (its status is not a probe's).
+      while kill -0 $pid 2>/dev/null; do
+        [ -e /mnt/nodes/node1/signal-exporter-done ] && { kill $pid; break; }
+        sleep 0.2
+      done
+      wait $pid
+      echo "$n $?" >>loop-rc.txt
     done
     ;;
   node1)
@@ -79,6 +97,49 @@ case $LAB_NODE in
     lab_result incompatible "rc=$rc seconds=$((SECONDS - start)) server_rc=$SRV_RC"
     lab_signal interop-done
     lab_signal "want-server-$((round + 1))"
+
+    echo "== the exporter with node2 as a mode: perftest peer (a stock server loop on node2)"
+    echo "lab-perftest-psk-0123456789abcdef" >/tmp/psk
+    chmod 600 /tmp/psk
+    cat >/tmp/perftest-exporter.yaml <<EOF
+node: node1
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1, gid_index: 1}
+schedule: {duty_cycle: 50%}
+defaults:
+  interval: 4s
+  jitter: 10%
+  message_size: 64KiB
+  burst: {duration: 300ms}
+  rate_limit: 20Mbps
+  unpaced_every: 3
+  qp_timeout: $QP_TIMEOUT
+  timeout: 10s
+peers:
+  - {name: node2, address: $peer, mode: perftest}
+EOF
+    url=http://127.0.0.1:9587/metrics
+    $bin run --config /tmp/perftest-exporter.yaml >exporter.log 2>&1 &
+    exporter=$!
+    ok='rdma_probe_runs_total{device="rxe0",peer="node2",peer_device="unknown",result="success"}'
+    # Six successful probes, two of them unpaced (every third): about 30 s at a 4 s interval.
+    if ! lab_wait_metric "$url" "$ok" 6 120; then
+      tail -n 40 exporter.log
+      kill $exporter
+      lab_signal exporter-done
+      exit 1
+    fi
+    curl -sS --max-time 5 "$url" >exporter-metrics.txt
+    kill -TERM $exporter
+    wait $exporter
+    lab_result exporter_exit "$?"
+    lab_signal exporter-done
+    grep 'peer="node2"' exporter-metrics.txt | grep -v '^#' | head -n 40
+    value() { awk -v s="$1" 'index($0, s " ") == 1 {print $2}' exporter-metrics.txt; }
+    lab_result exporter_success "$(value "$ok")"
+    lab_result exporter_failure "$(value "${ok/success/failure}")"
+    lab_result exporter_bytes "$(value 'rdma_probe_bytes_total{device="rxe0",peer="node2",peer_device="unknown"}')"
     ;;
 esac
 exit 0

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 
 use super::paths::PathSpec;
-use crate::config::Device;
+use crate::config::{Device, PeerMode};
+use crate::perftest::{probe_perftest_on, PerftestOptions};
 use crate::prober::{BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession};
 use crate::schedule::PathKey;
 use crate::verbs::Context;
@@ -109,6 +110,10 @@ impl DeviceWorker {
     }
 
     async fn probe(&mut self, spec: PathSpec, request: &BurstRequest) -> ProbeOutcome {
+        if spec.mode == PeerMode::Perftest {
+            let (ctx, burst) = (self.ctx.clone(), self.burst.clone());
+            return probe_perftest_peer(ctx, burst, &spec, request).await;
+        }
         let key = spec.key.clone();
         let (_, warm) = self.sessions.entry(key).or_insert_with(|| {
             let warm =
@@ -151,4 +156,19 @@ impl DeviceWorker {
         }
         tracing::debug!(device = self.name(), "device worker stopped");
     }
+}
+
+/// A stock `ib_write_bw` server serves one client and exits: a fresh session per probe, on the
+/// worker's device and burst thread. The server's report is sent in its default unit (MiB/s);
+/// the exporter's figures do not depend on it (docs/perftest.md).
+async fn probe_perftest_peer(
+    ctx: Context,
+    burst: BurstWorker,
+    spec: &PathSpec,
+    request: &BurstRequest,
+) -> ProbeOutcome {
+    let mut settings = spec.settings.clone();
+    settings.length = request.length;
+    settings.rate_limit = request.rate_limit;
+    probe_perftest_on(ctx, &burst, &settings, &PerftestOptions::default()).await
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::burst::BurstLength;
-use crate::config::{Config, Device, HostPort, Peer, ProbeConfig};
+use crate::config::{Config, Device, HostPort, Peer, PeerMode, ProbeConfig};
 use crate::control::AuthMode;
 use crate::prober::{BurstRequest, ProbeSettings};
 use crate::schedule::{rail_matched, LocalDevice, PathKey, PathPlan};
@@ -24,6 +24,9 @@ const UNKNOWN_BURST_GUESS: Duration = Duration::from_secs(1);
 pub struct PathSpec {
     pub key: PathKey,
     pub address: HostPort,
+    /// What answers at the address: our responder (warm sessions) or a stock `ib_write_bw`
+    /// server (a fresh session per probe; docs/perftest.md).
+    pub mode: PeerMode,
     pub probe: ProbeConfig,
     pub settings: ProbeSettings,
 }
@@ -40,6 +43,7 @@ impl PathSpec {
     /// and the same probe shape); otherwise a reload closes it and the next burst builds anew.
     pub fn same_session(&self, other: &PathSpec) -> bool {
         self.address == other.address
+            && self.mode == other.mode
             && self.probe == other.probe
             && self.settings.local == other.settings.local
             && self.settings.node_name == other.settings.node_name
@@ -89,6 +93,7 @@ pub fn path_specs(
             let spec = PathSpec {
                 key: key.clone(),
                 address: peer.address().clone(),
+                mode: peer.mode(),
                 probe: peer.probe().clone(),
                 settings,
             };
@@ -203,6 +208,24 @@ peers:
             spec.burst_request(1).rate_limit,
             Some(RateLimit::BitsPerSecond(10e9))
         );
+    }
+
+    #[test]
+    fn a_perftest_peer_keeps_its_mode_and_a_mode_change_rebuilds_the_session() {
+        let text = TWO_RAILS.replace(
+            "{name: node2, address: 10.0.0.2:18516}",
+            "{name: node2, address: 10.0.0.2:18516, mode: perftest}",
+        );
+        let before = config(TWO_RAILS);
+        let after = config(&text);
+        let old = path_specs(&before, &devices(&before), &AuthMode::None);
+        let new = path_specs(&after, &devices(&after), &AuthMode::None);
+        let node2 = PathKey::new("mlx5_1", "node2", Some(1));
+        let node3 = PathKey::new("mlx5_1", "node3", Some(1));
+        assert_eq!(new[&node2].mode, PeerMode::Perftest);
+        assert_eq!(new[&node3].mode, PeerMode::Exporter);
+        assert!(!old[&node2].same_session(&new[&node2]));
+        assert!(old[&node3].same_session(&new[&node3]));
     }
 
     #[test]

@@ -10,8 +10,10 @@ use tokio::net::TcpStream;
 use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
+use crate::port;
 use crate::prober::{
-    ensure_port_active, BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
+    counter_reader, ensure_port_active, read_counters, BurstJob, BurstWorker, ProbeError,
+    ProbeOutcome, ProbeSettings,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
@@ -50,30 +52,57 @@ impl From<ChannelError> for ProbeError {
     }
 }
 
-/// Runs one burst against the `ib_write_bw` server at `settings.target` and closes the session.
+/// Runs one burst against the `ib_write_bw` server at `settings.target` and closes the session
+/// (`probe --perftest`): opens the local device and a burst thread for this one probe.
 pub async fn probe_perftest(settings: &ProbeSettings, options: &PerftestOptions) -> ProbeOutcome {
-    let mut outcome = ProbeOutcome {
-        message_size: settings.message_size,
-        qps: settings.qps,
-        new_session: true,
-        ..ProbeOutcome::default()
-    };
-    if let Err(e) = run(settings, options, &mut outcome).await {
+    let local = &settings.local;
+    let opened = Context::open(local.device.as_deref(), local.port)
+        .map_err(ProbeError::from)
+        .and_then(|ctx| Ok((ctx, BurstWorker::start()?)));
+    match opened {
+        Ok((ctx, worker)) => probe_perftest_on(ctx, &worker, settings, options).await,
+        Err(e) => {
+            let mut outcome = fresh_outcome(settings);
+            outcome.record_error(&e);
+            outcome
+        }
+    }
+}
+
+/// [`probe_perftest`] on a device the caller already opened and its burst thread (an exporter
+/// device worker's). A stock server serves one client and exits, so there is no warm session:
+/// every probe sets up anew, and its setup time is reported as such.
+pub async fn probe_perftest_on(
+    ctx: Context,
+    worker: &BurstWorker,
+    settings: &ProbeSettings,
+    options: &PerftestOptions,
+) -> ProbeOutcome {
+    let mut outcome = fresh_outcome(settings);
+    if let Err(e) = run(ctx, worker, settings, options, &mut outcome).await {
         outcome.record_error(&e);
     }
     outcome
 }
 
+fn fresh_outcome(settings: &ProbeSettings) -> ProbeOutcome {
+    ProbeOutcome {
+        message_size: settings.message_size,
+        qps: settings.qps,
+        new_session: true,
+        ..ProbeOutcome::default()
+    }
+}
+
 async fn run(
+    mut ctx: Context,
+    worker: &BurstWorker,
     settings: &ProbeSettings,
     options: &PerftestOptions,
     outcome: &mut ProbeOutcome,
 ) -> Result<(), ProbeError> {
     let started = Instant::now();
-    let local = &settings.local;
-    let mut ctx = Context::open(local.device.as_deref(), local.port)?;
     ensure_port_active(&mut ctx)?;
-    let worker = BurstWorker::start()?;
     let path = settings.path_options();
     // One slot per QP: every WRITE lands at the start of the server's buffer for that QP, as
     // perftest's own client does with messages above half a page.
@@ -175,6 +204,8 @@ async fn run(
             rkey: k.rkey,
         })
         .collect();
+    let counters = counter_reader(set.ctx.device_name(), set.ctx.port()).await;
+    let counters_before = read_counters(counters.clone()).await;
     let (set, result) = worker
         .run(BurstJob {
             set,
@@ -186,6 +217,8 @@ async fn run(
         })
         .await?;
     drop(set);
+    let counters_after = read_counters(counters).await;
+    outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
     let (report, timing) = match result {
         Ok(done) => done,
         Err(failure) => {

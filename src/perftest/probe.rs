@@ -120,23 +120,7 @@ async fn run(
     let local_rate = set.ctx.port_info().link_rate_bits_per_second;
     outcome.local_link_rate_bits_per_second = local_rate;
 
-    let stream = tokio::time::timeout(settings.timeout, TcpStream::connect(&settings.target))
-        .await
-        .map_err(|_| {
-            failed(
-                ErrorReason::Timeout,
-                format!(
-                    "connecting to {} timed out after {:?}",
-                    settings.target, settings.timeout
-                ),
-            )
-        })?
-        .map_err(|e| {
-            failed(
-                ErrorReason::Connect,
-                format!("connecting to the perftest server {}: {e}", settings.target),
-            )
-        })?;
+    let stream = connect(&settings.target, settings.timeout).await?;
     let _ = stream.set_nodelay(true); // one segment per message; a failure only slows it
     let with_gid = set.sgid_index().is_some();
     // The server sleeps 1 s after accepting before it answers: the timeout covers it.
@@ -260,6 +244,45 @@ async fn run(
     Ok(())
 }
 
+/// How long a refused connection is tried again: a stock server serves one client and exits,
+/// so a server run in a loop is not listening for the moment it takes to start again
+/// (docs/perftest.md, "In the exporter").
+const RESTART_GRACE: Duration = Duration::from_secs(3);
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+/// Connects to the server within `timeout`, trying a refused connection again for
+/// [`RESTART_GRACE`]: a server between two clients is not a server that is down.
+async fn connect(target: &str, timeout: Duration) -> Result<TcpStream, ProbeError> {
+    let started = tokio::time::Instant::now();
+    let attempts = async {
+        loop {
+            match TcpStream::connect(target).await {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused
+                        && started.elapsed() + RETRY_EVERY < RESTART_GRACE =>
+                {
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                other => return other,
+            }
+        }
+    };
+    tokio::time::timeout(timeout, attempts)
+        .await
+        .map_err(|_| {
+            failed(
+                ErrorReason::Timeout,
+                format!("connecting to {target} timed out after {timeout:?}"),
+            )
+        })?
+        .map_err(|e| {
+            failed(
+                ErrorReason::Connect,
+                format!("connecting to the perftest server {target}: {e}"),
+            )
+        })
+}
+
 /// Our QPs' keys: number, PSN, LID, GID, and the MR's rkey and address (perftest sends its own
 /// even though a WRITE server never uses the client's).
 fn local_keys(set: &QpSet) -> Result<Vec<Key>, VerbsError> {
@@ -308,6 +331,41 @@ fn page_size() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A free loopback port: bound, then released.
+    fn free_port() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_starts_again_within_the_grace_is_reached() {
+        let addr = free_port();
+        let server = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+            listener.accept().await.unwrap();
+        });
+        let stream = connect(&addr.to_string(), Duration::from_secs(10)).await;
+        assert!(stream.is_ok(), "{:?}", stream.err());
+        server.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_stays_down_is_a_connect_failure_after_the_grace() {
+        let addr = free_port();
+        let started = tokio::time::Instant::now();
+        let error = connect(&addr.to_string(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), Some(ErrorReason::Connect), "{error}");
+        assert!(error.to_string().contains("refused"), "{error}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= RESTART_GRACE - RETRY_EVERY && waited <= RESTART_GRACE,
+            "{waited:?}"
+        );
+    }
 
     #[test]
     fn channel_errors_map_to_reasons() {

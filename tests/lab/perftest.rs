@@ -70,21 +70,24 @@ fn exporter_probes_a_perftest_peer(
     );
     let bytes: f64 = results["exporter_bytes"].parse().expect("bytes");
     assert!(bytes >= 6.0 * 65536.0, "{results:?}");
-    // Every server that served a probe exited 0; the last one, left waiting, was stopped.
+    // Every server that served a whole probe exited 0. Only the last two may not: one whose
+    // probe SIGTERM ended mid-way (no report came: perftest exits 1), and the one left waiting
+    // when node1 was done, which the scenario stops.
     let loop_rc = run.file("node2", "loop-rc.txt");
     let statuses: Vec<&str> = loop_rc
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
-    let (last, served) = statuses.split_last().expect("node2 started servers");
+    let whole = statuses.len().saturating_sub(2);
     assert!(
-        served.iter().all(|rc| *rc == "0"),
+        statuses[..whole].iter().all(|rc| *rc == "0"),
         "a stock server exited non-zero: {loop_rc}"
     );
-    assert!(served.len() as u64 >= successes, "{loop_rc}");
+    let served = statuses.iter().filter(|rc| **rc == "0").count();
+    assert!(served as u64 >= successes, "{loop_rc}");
     eprintln!(
-        "exporter, mode: perftest: {successes} successful probes, {} servers exited 0, the last \
-         stopped with {last}",
-        served.len()
+        "exporter, mode: perftest: {successes} successful probes, {served} of {} stock servers \
+         exited 0 ({loop_rc:?})",
+        statuses.len()
     );
 }

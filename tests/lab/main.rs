@@ -10,6 +10,7 @@ mod baseline;
 mod bench;
 mod exporter;
 mod image;
+mod leaks;
 mod perftest;
 mod port;
 mod probe;

@@ -62,6 +62,9 @@ pub struct ProbeSettings {
     /// Most memory the session's regions may take on each end: a burst whose messages fit is
     /// verified message by message, a longer one over its last messages (as many as fit).
     pub max_session_bytes: u64,
+    /// Poll the CQ all through the burst as perftest does, instead of the CPU-frugal waits:
+    /// for calibrating against perftest (docs/perftest.md, "Calibration").
+    pub busy_poll: bool,
 }
 
 impl ProbeSettings {
@@ -531,7 +534,8 @@ impl Session {
             .tx_depth(self.settings.tx_depth)
             .qps(self.settings.qps)
             .post_list(self.settings.post_list)
-            .rate(rate);
+            .rate(rate)
+            .busy_poll(self.settings.busy_poll);
         if let Some(cq_mod) = self.settings.cq_mod {
             builder = builder.cq_mod(cq_mod);
         }
@@ -834,6 +838,7 @@ mod tests {
             auth: AuthMode::None,
             timeout: Duration::from_secs(10),
             max_session_bytes: DEFAULT_MAX_SESSION_BYTES,
+            busy_poll: false,
         }
     }
 

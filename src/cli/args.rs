@@ -559,6 +559,14 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub perftest_report_gbits: bool,
 
+    /// Poll the completion queue all through the burst, as ib_write_bw does, instead of
+    /// sleeping through pacing gaps and blocking on the completion channel.
+    ///
+    /// Costs a whole CPU for the burst. For comparing our figures with perftest's on the same
+    /// link like for like (docs/perftest.md, "Calibration"); the exporter never busy-polls.
+    #[arg(long)]
+    pub busy_poll: bool,
+
     /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -925,6 +933,7 @@ impl ProbeArgs {
                 auth,
                 timeout: self.timeout,
                 max_session_bytes: self.max_session_memory.bytes(),
+                busy_poll: self.busy_poll,
             },
             plan,
             json: self.json,

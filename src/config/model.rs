@@ -492,6 +492,7 @@ impl ProbeConfig {
             auth,
             timeout: v.timeout,
             max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
+            busy_poll: false,
         }
     }
 }

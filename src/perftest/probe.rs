@@ -175,7 +175,8 @@ async fn run(
         .tx_depth(settings.tx_depth)
         .qps(settings.qps)
         .post_list(settings.post_list)
-        .rate(rate);
+        .rate(rate)
+        .busy_poll(settings.busy_poll);
     if let Some(cq_mod) = settings.cq_mod {
         builder = builder.cq_mod(cq_mod);
     }

@@ -1,6 +1,7 @@
 //! `probe --perftest` against Debian's stock ib_write_bw server (lab/scenarios/perftest-interop.sh):
 //! the server accepts our burst and prints our figures as its report, exits 0, and the
-//! benchmark prints ours next to perftest's own client on the same link (ratio ours/stock;
+//! benchmark prints ours (busy-polling as perftest does, and CPU-frugal as the exporter runs)
+//! next to perftest's own client on the same link (ratio ours/stock;
 //! speed goals live in the printed ratio, not in timed assertions). An incompatible server gets
 //! a clear error within seconds, never a hang. Then the exporter probes the same server as a
 //! `mode: perftest` peer on its schedule, node2 restarting a stock server after each probe.
@@ -25,6 +26,9 @@ fn perftest_server_accepts_our_burst_and_reports_it() {
         };
         assert_eq!(field("ours_rc"), 0.0, "{line}");
         assert_eq!(field("server_rc"), 0.0, "the server exits 0: {line}");
+        assert_eq!(field("frugal_rc"), 0.0, "{line}");
+        assert_eq!(field("frugal_server_rc"), 0.0, "{line}");
+        assert!(field("frugal") > 0.0, "{line}");
         assert_eq!(field("server_iters"), 500.0, "{line}");
         let (ours, reported) = (field("ours"), field("server_reported"));
         assert!(ours > 0.0 && field("stock") > 0.0, "{line}");

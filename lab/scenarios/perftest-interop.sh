@@ -68,7 +68,7 @@ case $LAB_NODE in
     gbps_of_table() { awk '/#bytes/ {getline; print $4; exit}' "$1"; }
     failures=0
     ratios=""
-    # ours TAG FLAGS...: our probe --perftest against a fresh server; sets RC, GBPS and SRV_*.
+    # ours TAG FLAGS...: our probe --perftest against a fresh server; sets RC, GBPS, OURS_SRV_RC and OURS_SRV_OUT.
     ours() {
       local tag=$1
       shift
@@ -77,16 +77,33 @@ case $LAB_NODE in
         --qp-timeout "$QP_TIMEOUT" --perftest-report-gbits --json "$@" >"$tag.json" 2>"$tag.err"
       RC=$?
       server_result || exit 1
+      OURS_SRV_RC=$SRV_RC OURS_SRV_OUT=$SRV_OUT
       GBPS=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.6f" % ((d.get("bandwidth_bytes_per_second") or 0) * 8e-9))' "$tag.json" 2>/dev/null || echo 0)
       [ "$RC" = 0 ] && [ "$SRV_RC" = 0 ] || { failures=$((failures + 1)); cat "$tag.err" "$tag.json" "$SRV_OUT"; }
     }
-    for r in $(seq 1 "$ROUNDS"); do
+    # stock TAG: the stock client against a fresh server; sets STOCK.
+    stock() {
       server -n "$N" --report_gbits || exit 1
-      ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" -n "$N" --report_gbits "$peer" >"stock-$r.txt" 2>&1
+      ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" -n "$N" --report_gbits "$peer" >"$1.txt" 2>&1
       server_result || exit 1
-      stock=$(gbps_of_table "stock-$r.txt")
-      ours "ours-$r" --busy-poll
-      rc=$RC ours=$GBPS srv_rc=$SRV_RC
+      STOCK=$(gbps_of_table "$1.txt")
+    }
+    # One unrecorded run of each first: the first run in a fresh VM pays for loading the tools.
+    stock stock-warmup
+    ours ours-warmup --busy-poll
+    for r in $(seq 1 "$ROUNDS"); do
+      # The two compared runs in alternating order, so a drift in the host's load over a round
+      # does not favour one side.
+      if [ $((r % 2)) = 1 ]; then
+        stock "stock-$r"
+        ours "ours-$r" --busy-poll
+      else
+        ours "ours-$r" --busy-poll
+        stock "stock-$r"
+      fi
+      stock=$STOCK
+      rc=$RC ours=$GBPS srv_rc=$OURS_SRV_RC
+      SRV_OUT=$OURS_SRV_OUT
       cp "$SRV_OUT" "server-of-ours-$r.txt"
       reported=$(gbps_of_table "server-of-ours-$r.txt")
       iters=$(awk '/#bytes/ {getline; print $2; exit}' "server-of-ours-$r.txt")

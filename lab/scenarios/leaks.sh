@@ -1,6 +1,7 @@
 # Two nodes: one exporter (node1) probes node2's responder fast enough to run 500 successful
-# bursts, then 500 failed ones (node2 drops node1's RoCE packets, UDP 4791, so every burst
-# ends in wc_retry_exceeded and the session is rebuilt for the next), then recovers; then
+# bursts, then 500 failed ones (node1's RoCE packets, UDP to 4791, are dropped while the control
+# channel's TCP passes, so every session is set up and every burst ends in wc_retry_exceeded,
+# and the session is rebuilt for the next), then recovers; then
 # node1's link goes down (probes fail with port_down, never hang) and comes back. Before and
 # after, the exporter's RDMA resources (rdma resource show: pd, cq, qp, mr, ctx), file
 # descriptors, threads and RSS are recorded on node1, and the responder's resources on node2.
@@ -30,14 +31,6 @@ case $LAB_NODE in
     lab_signal responder-up
     lab_wait_signal node1 warm 300 || exit 1
     lab_result responder_baseline "$(resources)"
-    lab_wait_signal node1 drop 900 || exit 1
-    # node1's RoCE packets only: the control channel (TCP) stays up, so every session is set up
-    # and every burst fails in the RDMA layer.
-    tc qdisc replace dev "$LAB_NIC" root handle 1: prio
-    tc filter add dev "$LAB_NIC" parent 1: protocol ip u32 match ip dport 4791 0xffff \
-      match ip src "$(lab_addr node1)"/32 action drop
-    lab_wait_signal node1 undrop 900 || exit 1
-    lab_clear_faults
     lab_wait_signal node1 done 900 || exit 1
     lab_result responder_end "$(resources)"
     lab_result responder_sessions_now "$(grep -c 'session set up' responder.log) set up, $(grep -c 'session ended' responder.log) ended"
@@ -79,14 +72,14 @@ EOF
     lab_wait_metric "$url" "$(series success)" "$SUCCESSES" 900 || fail "not $SUCCESSES successes"
     lab_result successes_seconds $((SECONDS - t0))
 
-    lab_signal drop
+    lab_slow_roce_ports 0 0 loss 100% || fail "cannot drop RoCE packets"
     before=$(count failure); before=${before:-0}
     t0=$SECONDS
     lab_wait_metric "$url" "$(series failure)" $((before + FAILURES)) 900 || fail "not $FAILURES failures"
     lab_result failures_seconds $((SECONDS - t0))
     lab_result failure_reasons "wc_retry_exceeded=$(errors wc_retry_exceeded) timeout=$(errors timeout) other=$(curl -sS "$url" | awk 'index($0, "rdma_probe_errors_total{") == 1 {s += $2} END {print s + 0}')"
     lab_result during_failures "$(resources) $(process $pid)"
-    lab_signal undrop
+    lab_clear_faults
     ok=$(count success)
     lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after the drop"
 

@@ -1,6 +1,6 @@
 //! One exporter through 500 successful and 500 failed bursts, a port down and up
-//! (lab/scenarios/leaks.sh): every failure is a real RDMA failure on a real session (node2
-//! drops node1's RoCE packets), the port going down gives `port_down` quickly, and afterwards
+//! (lab/scenarios/leaks.sh): every failure is a real RDMA failure on a real session (node1's
+//! RoCE packets are dropped, its TCP passes), the port going down gives `port_down` quickly, and afterwards
 //! the exporter's RDMA resources, file descriptors and threads are back at their baseline, its
 //! RSS near it, and the responder's resources too.
 

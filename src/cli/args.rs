@@ -350,7 +350,7 @@ impl AuthArgs {
     /// (docs/architecture.md, "Authentication").
     fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
         match (self.psk_file, self.no_auth) {
-            (Some(path), _) => Psk::load(&path).map(AuthMode::Psk).map_err(|e| {
+            (Some(path), _) => Psk::load(&path).map(AuthMode::psk).map_err(|e| {
                 // PskError never contains key material (see control::auth).
                 usage_error(
                     subcommand,

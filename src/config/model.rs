@@ -161,7 +161,7 @@ impl Auth {
     /// Loads the key (if any) into the control channel's [`AuthMode`].
     pub fn load(&self) -> Result<AuthMode, PskError> {
         match self {
-            Auth::PskFile(path) => Psk::load(path).map(AuthMode::Psk),
+            Auth::PskFile(path) => Psk::load(path).map(AuthMode::psk),
             Auth::None => Ok(AuthMode::None),
         }
     }

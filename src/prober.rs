@@ -24,7 +24,7 @@ use crate::metrics::process::process_cpu_seconds;
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, LocalPort, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// Default memory budget of a session's regions on each end (see
 /// [`ProbeSettings::max_session_bytes`]).
@@ -392,6 +392,7 @@ impl Session {
             slots: wanted_slots(settings),
             send_depth: settings.tx_depth,
             recv_depth: 1,
+            remote: RemoteAccess::None,
         };
         // Registering (pinning) a large region is a blocking system call.
         let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))

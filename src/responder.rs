@@ -35,7 +35,7 @@ use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::LocalPort;
-use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
+use crate::verbs::{wc_opcode, Completion, Context, RemoteAccess, VerbsError};
 
 /// One device a responder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -870,6 +870,7 @@ fn open_session(
         slots,
         send_depth: 1,
         recv_depth: 1,
+        remote: RemoteAccess::Write,
     };
     let mut set = QpSet::create(ctx, shape, &path)?;
     let mtu = set.path_mtu(request.mtu, None);

@@ -286,10 +286,13 @@ fn auth_choice_is_required() {
     );
 }
 
+/// A file only its owner can read, as a key file must be.
 fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let path =
         std::env::temp_dir().join(format!("rdma-probe-cli-test-{}-{name}", std::process::id()));
     std::fs::write(&path, contents).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path
 }
 
@@ -309,6 +312,28 @@ fn psk_file_problems_are_reported_without_the_key() {
     assert!(r.stderr.contains("at least 16"), "{}", r.describe());
     assert!(
         !r.stderr.contains("tiny-secret"),
+        "key leaked: {}",
+        r.describe()
+    );
+}
+
+#[test]
+fn a_key_file_others_can_read_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = temp_file("world-readable", b"a-secret-key-of-enough-length\n");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = run(&probe_args(&["--psk-file", path.to_str().unwrap()]));
+    std::fs::remove_file(&path).ok();
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    for needle in [
+        &format!("pre-shared key file {} has mode 0644", path.display())[..],
+        "users other than its owner and group can access it",
+        &format!("chmod 600 {}", path.display()),
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.describe());
+    }
+    assert!(
+        !r.stderr.contains("a-secret-key"),
         "key leaked: {}",
         r.describe()
     );

@@ -1331,10 +1331,13 @@ mod tests {
         assert!(e.to_string().contains("cannot be used with"), "{e}");
     }
 
+    /// A file only its owner can read, as a key file must be.
     fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let path =
             std::env::temp_dir().join(format!("rdma-probe-cli-{}-{name}", std::process::id()));
         std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         path
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::address::HostPort;
 use super::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::burst::{BurstLength, BurstPlan};
-use crate::control::{AuthMode, Psk, PskError};
+use crate::control::{AuthMode, Keys, Psk, PskError};
 use crate::prober;
 use crate::verbs::LocalPort;
 
@@ -150,18 +150,26 @@ pub struct Listen {
 /// How the control channel is authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
-    /// A pre-shared key read from this file (read when the exporter starts, not at config load,
-    /// so a config can be checked where the secret is not mounted).
-    PskFile(PathBuf),
+    /// A pre-shared key read from `path` (read when the exporter starts, not at config load, so a
+    /// config can be checked where the secret is not mounted), and during a key rollover the
+    /// previous key, also accepted (docs/security.md, "Rotating the key").
+    PskFile {
+        path: PathBuf,
+        previous: Option<PathBuf>,
+    },
     /// No authentication: written out as `auth: none`.
     None,
 }
 
 impl Auth {
-    /// Loads the key (if any) into the control channel's [`AuthMode`].
+    /// Loads the key (and the previous key, if any) into the control channel's [`AuthMode`].
     pub fn load(&self) -> Result<AuthMode, PskError> {
         match self {
-            Auth::PskFile(path) => Psk::load(path).map(AuthMode::psk),
+            Auth::PskFile { path, previous } => {
+                let current = Psk::load(path)?;
+                let previous = previous.as_ref().map(Psk::load).transpose()?;
+                Ok(AuthMode::Psk(Keys::new(current, previous)))
+            }
             Auth::None => Ok(AuthMode::None),
         }
     }
@@ -169,7 +177,15 @@ impl Auth {
     /// The key file, if any.
     pub fn psk_file(&self) -> Option<&Path> {
         match self {
-            Auth::PskFile(path) => Some(path),
+            Auth::PskFile { path, .. } => Some(path),
+            Auth::None => None,
+        }
+    }
+
+    /// The previous key's file, during a rollover.
+    pub fn previous_psk_file(&self) -> Option<&Path> {
+        match self {
+            Auth::PskFile { previous, .. } => previous.as_deref(),
             Auth::None => None,
         }
     }

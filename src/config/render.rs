@@ -27,7 +27,20 @@ impl Config {
             self.listen.metrics, self.listen.control
         )?;
         match &self.auth {
-            Auth::PskFile(path) => writeln!(out, "auth: pre-shared key from {}", path.display())?,
+            Auth::PskFile {
+                path,
+                previous: None,
+            } => writeln!(out, "auth: pre-shared key from {}", path.display())?,
+            Auth::PskFile {
+                path,
+                previous: Some(previous),
+            } => writeln!(
+                out,
+                "auth: pre-shared key from {}, and the previous key from {} (a rollover: both \
+                 accepted)",
+                path.display(),
+                previous.display()
+            )?,
             Auth::None => writeln!(out, "auth: none (the control channel is not authenticated)")?,
         }
         match &self.devices {

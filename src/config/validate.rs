@@ -56,6 +56,10 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("`auth: {psk_file: PATH}` or, to run without authentication, `auth: none`")
         }
         ("auth", "psk_file") => s("the path of the file holding the pre-shared key"),
+        ("auth", "previous_psk_file") => s(
+            "during a key rollover, the path of the file holding the previous pre-shared key \
+             (also accepted; docs/security.md)",
+        ),
         ("", "devices") => s(
             "a list of {name: DEVICE, port: N, rail: N, gid_index: auto | N}; \
                                without it every active RDMA device is used",
@@ -497,9 +501,30 @@ impl Ctx<'_> {
                     quote(word)
                 ),
             )),
-            RawAuth::PskFile(path) => Ok(Auth::PskFile(PathBuf::from(
-                self.non_empty(path, "auth.psk_file")?,
-            ))),
+            RawAuth::PskFile {
+                psk_file,
+                previous_psk_file,
+            } => {
+                let path = PathBuf::from(self.non_empty(psk_file, "auth.psk_file")?);
+                let previous = previous_psk_file
+                    .as_ref()
+                    .map(|p| {
+                        self.non_empty(p, "auth.previous_psk_file")
+                            .map(PathBuf::from)
+                    })
+                    .transpose()?;
+                if let (Some(prev), Some(raw)) = (&previous, previous_psk_file) {
+                    if *prev == path {
+                        return Err(self.invalid(
+                            self.pos(raw),
+                            "auth.previous_psk_file",
+                            "is the same file as auth.psk_file; name the previous key's file, \
+                             or remove previous_psk_file once the rollover is done",
+                        ));
+                    }
+                }
+                Ok(Auth::PskFile { path, previous })
+            }
         }
     }
 

@@ -63,6 +63,17 @@ pub enum PskError {
         len: usize,
         min: usize,
     },
+    /// The file's mode lets others than its owner read (or change) the key.
+    #[error(
+        "pre-shared key file {path} has mode {mode:04o}: {exposure}; refusing a key that is not \
+         private. Fix: chmod 600 {path} (docs/security.md, \"Key files\")",
+        path = .path.display()
+    )]
+    NotPrivate {
+        path: PathBuf,
+        mode: u32,
+        exposure: &'static str,
+    },
 }
 
 fn in_file(path: &Option<PathBuf>) -> String {
@@ -85,12 +96,29 @@ impl Psk {
     /// Read the key from a file (e.g. a mounted Kubernetes Secret). One trailing newline (`\n` or
     /// `\r\n`) is removed, because `echo secret > file` and most editors add one and the two ends
     /// would otherwise disagree on the key; any other byte, including other whitespace, is key.
+    ///
+    /// A file others may read is refused before it is read ([`exposure`]), checked on the open
+    /// file so that what is checked is what is read.
     pub fn load(path: impl AsRef<Path>) -> Result<Psk, PskError> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+
         let path = path.as_ref();
-        let mut bytes = std::fs::read(path).map_err(|source| PskError::Read {
+        let read_error = |source| PskError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let mut file = std::fs::File::open(path).map_err(read_error)?;
+        let meta = file.metadata().map_err(read_error)?;
+        if let Some(exposure) = exposure(meta.mode(), meta.uid()) {
+            return Err(PskError::NotPrivate {
+                path: path.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+                exposure,
+            });
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
             if bytes.last() == Some(&b'\r') {
@@ -116,6 +144,26 @@ impl Psk {
 
     fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// Why a key file with this mode and owner is not private, or `None` if it is.
+///
+/// Others may have no access at all, and the group may never write. The group may read only a
+/// file owned by root: that is how a Kubernetes Secret volume reaches a non-root exporter (the
+/// kubelet owns the files and, with `fsGroup`, gives that group read access whatever the
+/// `defaultMode`), and how a root-managed key is shared with a service's group (PostgreSQL
+/// accepts its key files on the same terms). A file owned by anyone else must be `0600` or
+/// stricter (docs/security.md, "Key files").
+pub fn exposure(mode: u32, owner_uid: u32) -> Option<&'static str> {
+    if mode & 0o007 != 0 {
+        Some("users other than its owner and group can access it")
+    } else if mode & 0o020 != 0 {
+        Some("its group can change it")
+    } else if mode & 0o050 != 0 && owner_uid != 0 {
+        Some("its group can read it (allowed only for a file owned by root)")
+    } else {
+        None
     }
 }
 
@@ -310,12 +358,66 @@ mod tests {
         AuthMode::psk(key(bytes))
     }
 
-    fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    fn temp_file_with_mode(name: &str, contents: &[u8], mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("rdma-probe-psk-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         path
+    }
+
+    fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        temp_file_with_mode(name, contents, 0o600)
+    }
+
+    #[test]
+    fn key_files_others_can_read_are_refused_with_the_fix() {
+        use std::os::unix::fs::MetadataExt;
+        let key = b"0123456789abcdef0123\n";
+        for mode in [0o600, 0o400] {
+            let p = temp_file_with_mode(&format!("ok-{mode:o}"), key, mode);
+            assert!(Psk::load(&p).is_ok(), "{mode:o}");
+        }
+        for (mode, said) in [
+            (0o644, "other"),
+            (0o604, "other"),
+            (0o602, "other"),
+            (0o620, "group can change"),
+        ] {
+            let p = temp_file_with_mode(&format!("bad-{mode:o}"), key, mode);
+            let err = Psk::load(&p).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, PskError::NotPrivate { .. }), "{text}");
+            assert!(text.contains(&format!("mode {mode:04o}")), "{text}");
+            assert!(text.contains(said), "{text}");
+            assert!(
+                text.contains(&format!("chmod 600 {}", p.display())),
+                "{text}"
+            );
+            assert!(!text.contains("0123456789abcdef"), "{text}");
+        }
+        // Group-readable: only for a root-owned file.
+        let p = temp_file_with_mode("group-read", key, 0o640);
+        let owner = std::fs::metadata(&p).unwrap().uid();
+        assert_eq!(Psk::load(&p).is_ok(), owner == 0);
+    }
+
+    #[test]
+    fn exposure_follows_owner_and_mode() {
+        assert_eq!(exposure(0o100600, 1000), None);
+        assert_eq!(exposure(0o100400, 1000), None);
+        assert_eq!(exposure(0o100000, 1000), None);
+        // A Kubernetes Secret with fsGroup: root-owned, 0440.
+        assert_eq!(exposure(0o100440, 0), None);
+        assert_eq!(exposure(0o100640, 0), None);
+        assert!(exposure(0o100440, 65532).is_some());
+        assert!(exposure(0o100640, 1000).is_some());
+        assert!(exposure(0o100660, 0).is_some());
+        assert!(exposure(0o100444, 0).is_some());
+        assert!(exposure(0o100604, 0).is_some());
+        assert!(exposure(0o100601, 1000).is_some());
     }
 
     #[test]

@@ -770,6 +770,14 @@ async fn prepare_pattern(mut set: QpSet) -> Result<(QpSet, u64), ProbeError> {
     .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("pattern task: {e}")))
 }
 
+/// The most memory a session with these settings registers (pins) on the prober's side: its
+/// QPs' slots of one message each. The responder registers at most the same.
+pub fn session_region_bytes(settings: &ProbeSettings) -> u64 {
+    wanted_slots(settings)
+        .saturating_mul(settings.message_size.max(1))
+        .saturating_mul(u64::from(settings.qps.max(1)))
+}
+
 /// Message slots per QP to ask for: one per message of the burst (every message verified) when
 /// its message count is known — a count or bytes burst, or a duration burst at an absolute rate
 /// (with a little room for the pacer's allowance) — else as many as the memory budget allows;

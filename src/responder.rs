@@ -1282,6 +1282,24 @@ mod tests {
     }
 
     #[test]
+    fn pinned_memory_is_bounded_across_sessions_and_returned_when_they_end() {
+        let pinned = Arc::new(AtomicU64::new(0));
+        let first = PinnedReservation::take(&pinned, 600, 1000).unwrap();
+        assert!(PinnedReservation::take(&pinned, 401, 1000).is_none());
+        let second = PinnedReservation::take(&pinned, 400, 1000).unwrap();
+        assert_eq!(pinned.load(Ordering::Acquire), 1000);
+        assert!(PinnedReservation::take(&pinned, 1, 1000).is_none());
+        drop(first);
+        assert_eq!(pinned.load(Ordering::Acquire), 400);
+        assert!(PinnedReservation::take(&pinned, 600, 1000).is_some());
+        drop(second);
+        assert_eq!(pinned.load(Ordering::Acquire), 0);
+        // A request that would overflow the counter is refused, not wrapped.
+        let _held = PinnedReservation::take(&pinned, 1, u64::MAX).unwrap();
+        assert!(PinnedReservation::take(&pinned, u64::MAX, u64::MAX).is_none());
+    }
+
+    #[test]
     fn slots_follow_the_request_within_the_session_budget() {
         // 200 messages of 64 KiB on one QP fit a 64 MiB budget: one slot each.
         assert_eq!(

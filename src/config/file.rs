@@ -56,6 +56,7 @@ pub(crate) struct RawConfig {
     pub discovery: Option<Spanned<RawDiscovery>>,
     pub selection: Option<Spanned<RawSelection>>,
     pub schedule: Option<Spanned<RawSchedule>>,
+    pub limits: Option<Spanned<RawLimits>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
 
@@ -268,6 +269,14 @@ pub(crate) struct RawDiscovery {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSchedule {
     pub duty_cycle: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub max_sessions: Option<Scalar>,
+    pub max_pinned: Option<Scalar>,
+    pub max_session_memory: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

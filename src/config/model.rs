@@ -66,6 +66,7 @@ pub struct Config {
     pub(super) discovery: Option<Discovery>,
     pub(super) selection: Option<Selection>,
     pub(super) schedule: Schedule,
+    pub(super) limits: Limits,
 }
 
 impl Config {
@@ -135,6 +136,11 @@ impl Config {
     /// How the local devices share their time (docs/schedule.md).
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
+    }
+
+    /// How many sessions this node serves and how much memory its sessions pin.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 }
 
@@ -524,6 +530,36 @@ impl Default for Schedule {
     fn default() -> Self {
         Schedule {
             duty_cycle: DEFAULT_DUTY_CYCLE,
+        }
+    }
+}
+
+/// How many sessions this node serves at once and how much memory RDMA sessions pin, on both
+/// sides (docs/security.md, "Memory and session limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Sessions the responder serves at once; more are refused (`limit`).
+    pub max_sessions: usize,
+    /// Memory all served sessions pin together; a session beyond it is refused (`limit`).
+    pub max_pinned_bytes: u64,
+    /// Memory one session pins on each end: what a served session may get, and what a probed
+    /// path's session asks for at most.
+    pub max_session_bytes: u64,
+}
+
+/// [`Limits::max_sessions`] unless the config says otherwise.
+pub const DEFAULT_MAX_SESSIONS: usize = 16;
+/// Largest `limits.max_sessions` accepted.
+pub const MAX_MAX_SESSIONS: u64 = 4096;
+/// [`Limits::max_pinned_bytes`] unless the config says otherwise.
+pub const DEFAULT_MAX_PINNED_BYTES: u64 = 1 << 30;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_pinned_bytes: DEFAULT_MAX_PINNED_BYTES,
+            max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
         }
     }
 }

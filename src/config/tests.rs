@@ -118,6 +118,33 @@ fn shipped_lab_config_parses() {
 }
 
 #[test]
+fn limits_default_to_the_responders_and_can_be_set() {
+    let c = ok(&minimal(""));
+    assert_eq!(
+        *c.limits(),
+        Limits {
+            max_sessions: 16,
+            max_pinned_bytes: 1 << 30,
+            max_session_bytes: 64 << 20
+        }
+    );
+    let c = ok(&minimal(
+        "limits: {max_sessions: 4, max_pinned: 256MiB, max_session_memory: 8MiB}\n",
+    ));
+    assert_eq!(
+        *c.limits(),
+        Limits {
+            max_sessions: 4,
+            max_pinned_bytes: 256 << 20,
+            max_session_bytes: 8 << 20
+        }
+    );
+    assert!(c
+        .render()
+        .contains("limits: serves at most 4 sessions pinning 256MiB together; 8MiB per session"));
+}
+
+#[test]
 fn a_previous_key_is_read_for_a_rollover() {
     let c = ok("node: a\nauth: {psk_file: /k/new, previous_psk_file: /k/old}\n");
     assert_eq!(
@@ -391,6 +418,18 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
         ("node: a\n".into(), Kind::Value, 1, 1, "auth", "auth: none"),
         ("node: a\nauth: open\n".into(), Kind::Value, 2, 7, "auth", "literally"),
         ("node: a\nauth: {psk_file: ''}\n".into(), Kind::Value, 2, 18, "auth.psk_file", "empty"),
+        (format!("{n}limits: {{max_sessions: 0}}\n"), Kind::Value, 3, 24, "limits.max_sessions",
+         "out of range"),
+        (format!("{n}limits: {{max_sessions: 5000}}\n"), Kind::Value, 3, 24,
+         "limits.max_sessions", "1 to 4096"),
+        (format!("{n}limits: {{max_pinned: 0}}\n"), Kind::Value, 3, 22, "limits.max_pinned",
+         "zero"),
+        (format!("{n}limits: {{max_pinned: 32MiB}}\n"), Kind::Value, 3, 22, "limits.max_pinned",
+         "32MiB is less than limits.max_session_memory (64MiB)"),
+        (format!("{n}limits: {{max_session_memory: lots}}\n"), Kind::Value, 3, 30,
+         "limits.max_session_memory", "lots"),
+        (format!("{n}limits: {{sessions: 3}}\n"), Kind::Yaml, 3, 10, "limits.sessions",
+         "max_sessions"),
         ("node: a\nauth: {previous_psk_file: /old}\n".into(), Kind::Yaml, 2, 8, "auth",
          "missing field `psk_file`"),
         ("node: a\nauth: {psk_file: /k, previous_psk_file: ''}\n".into(), Kind::Value, 2, 41,

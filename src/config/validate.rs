@@ -87,6 +87,20 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         ("discovery", "forget_after") => s("a duration greater than zero, e.g. 1h"),
         ("", "selection") => s("a mapping {group_by: LABEL, sample: N}"),
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
+        ("", "limits") => s(
+            "a mapping {max_sessions: N, max_pinned: SIZE, max_session_memory: SIZE}",
+        ),
+        ("limits", "max_sessions") => s(&format!(
+            "the sessions this node serves at once, 1 to {MAX_MAX_SESSIONS} (default \
+             {DEFAULT_MAX_SESSIONS})"
+        )),
+        ("limits", "max_pinned") => s(
+            "the memory all served sessions pin together, e.g. 1GiB (the default), at least \
+             max_session_memory",
+        ),
+        ("limits", "max_session_memory") => {
+            s("the memory one session pins on each end, e.g. 64MiB (the default)")
+        }
         ("schedule", "duty_cycle") => {
             s("a percentage of wall time each local device may spend bursting, from 0.1% to 100%, e.g. 5%")
         }
@@ -429,6 +443,7 @@ impl Ctx<'_> {
             .map(|s| self.selection(s))
             .transpose()?;
         let schedule = self.schedule(raw.schedule.as_ref())?;
+        let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
             node,
@@ -442,6 +457,7 @@ impl Ctx<'_> {
             discovery,
             selection,
             schedule,
+            limits,
         })
     }
 
@@ -1000,6 +1016,37 @@ impl Ctx<'_> {
             })?;
         }
         Ok(schedule)
+    }
+
+    fn limits(&self, raw: Option<&Spanned<super::file::RawLimits>>) -> Result<Limits, ConfigError> {
+        let mut limits = Limits::default();
+        let Some(raw) = raw else {
+            return Ok(limits);
+        };
+        let r = &raw.value;
+        if let Some(n) = &r.max_sessions {
+            limits.max_sessions = self.number(n, "limits.max_sessions", 1, MAX_MAX_SESSIONS)?;
+        }
+        if let Some(size) = &r.max_pinned {
+            limits.max_pinned_bytes = self.byte_size(size, "limits.max_pinned")?.bytes();
+        }
+        if let Some(size) = &r.max_session_memory {
+            limits.max_session_bytes = self.byte_size(size, "limits.max_session_memory")?.bytes();
+        }
+        if limits.max_pinned_bytes < limits.max_session_bytes {
+            let at = r.max_pinned.as_ref().or(r.max_session_memory.as_ref());
+            return Err(self.invalid(
+                at.map_or(self.pos(raw), |s| self.pos(s)),
+                "limits.max_pinned",
+                format!(
+                    "{} is less than limits.max_session_memory ({}): not even one session \
+                     would fit",
+                    ByteSize(limits.max_pinned_bytes),
+                    ByteSize(limits.max_session_bytes)
+                ),
+            ));
+        }
+        Ok(limits)
     }
 
     fn rate_limit(&self, scalar: &Scalar, path: &str) -> Result<Option<RateLimit>, ConfigError> {

@@ -19,6 +19,8 @@
 mod address;
 mod error;
 mod file;
+#[cfg(test)]
+mod fuzz_corpus;
 mod interpolate;
 mod model;
 mod render;

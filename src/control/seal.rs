@@ -164,9 +164,15 @@ impl Sealer {
     /// `msg` as the next protected frame. Fails, with nothing consumed, if the message is
     /// invalid or too large (our own mistake: the connection stays usable).
     pub fn seal(&mut self, msg: &Message) -> Result<Vec<u8>, SealError> {
+        self.seal_payload(&codec::message_json(msg)?)
+    }
+
+    /// `json` as the next protected frame, as it is: [`seal`](Self::seal) after the message
+    /// checks, and what the `control_sealed` fuzz target uses to act as a peer that holds the
+    /// key and sends anything.
+    pub fn seal_payload(&mut self, json: &[u8]) -> Result<Vec<u8>, SealError> {
         let n = self.next;
         let next = n.checked_add(1).ok_or(SealError::Exhausted)?;
-        let json = codec::message_json(msg)?;
         if json.len() > MAX_SEALED_JSON_LEN {
             return Err(CodecError::FrameTooLarge {
                 len: (codec::HEADER_LEN + json.len() + TAG_LEN) as u64,
@@ -177,7 +183,7 @@ impl Sealer {
         let header = codec::header(FrameFlags::PROTECTED, json.len() + TAG_LEN)?;
         let mut frame = Vec::with_capacity(codec::HEADER_LEN + json.len() + TAG_LEN);
         frame.extend_from_slice(&header);
-        frame.extend_from_slice(&json);
+        frame.extend_from_slice(json);
         let tag = self
             .cipher
             .encrypt_in_place_detached(&aead_nonce(n), &header, &mut frame[codec::HEADER_LEN..])
@@ -241,6 +247,129 @@ pub(crate) mod tests {
 
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The key and nonces of the `control_sealed` fuzz target (fuzz/fuzz_targets/control_sealed.rs
+    /// has the same).
+    pub(crate) const FUZZ_KEY: &[u8] = b"rdma-probe fuzz key of 32 bytes!";
+    pub(crate) const FUZZ_NONCES: (Nonce, Nonce) = ([0x11; 32], [0x22; 32]);
+    /// Most frames one fuzz input is read as.
+    const FUZZ_FRAMES: usize = 16;
+
+    /// The responder's end and the prober's end of the fuzz target's connection.
+    fn fuzz_keys() -> (FrameKeys, FrameKeys) {
+        let (cn, sn) = FUZZ_NONCES;
+        (
+            FrameKeys::derive(FUZZ_KEY, &cn, &sn, Role::Responder),
+            FrameKeys::derive(FUZZ_KEY, &cn, &sn, Role::Prober),
+        )
+    }
+
+    /// The checks of the `control_sealed` fuzz target, also run on its corpus by `cargo test`.
+    /// The first byte picks what the rest is:
+    ///
+    /// * even: bytes from the network (what anyone on the path can send): opened frame by frame
+    ///   until the opener wants more or fails; a frame that opens lies within the input, its
+    ///   message is printable, and after an error nothing more is read;
+    /// * odd: the JSON a peer holding the key sends: sealed as the next frame and opened, it
+    ///   gives exactly what a clear frame of the same JSON decodes to (the protection is
+    ///   transparent), and never a panic.
+    pub(crate) fn check_sealed_properties(data: &[u8]) {
+        let Some((&mode, rest)) = data.split_first() else {
+            return;
+        };
+        let (mut responder, mut prober) = fuzz_keys();
+        if mode % 2 == 0 {
+            let mut at = 0;
+            for _ in 0..FUZZ_FRAMES {
+                match responder.opener.open(&rest[at..]) {
+                    Ok(Some((msg, used))) => {
+                        assert!(used > HEADER_LEN + TAG_LEN - 1 && at + used <= rest.len());
+                        crate::control::codec::tests::assert_printable(&msg);
+                        at += used;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let text = e.to_string();
+                        assert!(!text.chars().any(crate::control::message::is_unsafe_char));
+                        break;
+                    }
+                }
+            }
+        } else {
+            let sealed = match prober.sealer.seal_payload(rest) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    assert!(rest.len() > MAX_SEALED_JSON_LEN, "{e}");
+                    return;
+                }
+            };
+            let mut clear = codec::header(FrameFlags::CLEAR, rest.len())
+                .expect("fits")
+                .to_vec();
+            clear.extend_from_slice(rest);
+            let opened = responder.opener.open(&sealed);
+            match decode(&clear) {
+                Ok(Some((msg, _))) => {
+                    assert_eq!(opened, Ok(Some((msg, sealed.len()))));
+                }
+                Ok(None) => unreachable!("a whole clear frame"),
+                Err(e) => assert_eq!(opened, Err(SealError::Codec(e))),
+            }
+        }
+    }
+
+    /// Seeds of `control_sealed`: the sample messages sealed as one stream and one by one
+    /// (network mode), and as JSON (peer mode).
+    pub(crate) fn sealed_seeds() -> Vec<(String, Vec<u8>)> {
+        let messages = all_messages();
+        let (_, mut stream_keys) = fuzz_keys();
+        let mut stream = vec![0u8];
+        for msg in &messages {
+            stream.extend(stream_keys.sealer.seal(msg).unwrap());
+        }
+        let mut seeds = vec![("00-stream.bin".to_owned(), stream)];
+        for (i, msg) in messages.iter().enumerate() {
+            let (_, mut keys) = fuzz_keys();
+            let mut one = vec![0u8];
+            one.extend(keys.sealer.seal(msg).unwrap());
+            seeds.push((format!("{:02}-sealed-{}.bin", i + 1, msg.kind()), one));
+            let mut json = vec![1u8];
+            json.extend(codec::message_json(msg).unwrap());
+            seeds.push((format!("{:02}-json-{}.bin", i + 1, msg.kind()), json));
+        }
+        seeds
+    }
+
+    #[test]
+    fn the_fuzz_checks_hold_for_the_seeds_and_damaged_ones() {
+        for (name, seed) in sealed_seeds() {
+            check_sealed_properties(&seed);
+            for cut in [1, seed.len() / 2, seed.len() - 1] {
+                check_sealed_properties(&seed[..cut]);
+            }
+            let mut flipped = seed.clone();
+            let last = flipped.len() - 1;
+            flipped[last] ^= 1;
+            check_sealed_properties(&flipped);
+            assert!(!name.is_empty());
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn random_inputs_pass_the_fuzz_checks(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            check_sealed_properties(&data);
+        }
+
+        #[test]
+        fn json_like_payloads_from_a_key_holder_pass_the_fuzz_checks(payload in r#"\{("[a-z_]{1,12}":("[a-z0-9]{0,64}"|-?[0-9]{1,21}|null|true|\[\]|\{\}),?){0,6}\}"#) {
+            let mut data = vec![1u8];
+            data.extend_from_slice(payload.as_bytes());
+            check_sealed_properties(&data);
+        }
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Control messages over TCP: a framed connection with deadlines, and the authentication handshake.
+//! Control messages over TCP: a framed connection with deadlines, and the authentication handshake,
+//! after which the connection seals every frame it sends and opens every frame it reads with the
+//! keys the handshake agreed on (`seal`; not with `auth: none`).
 //!
 //! Every read and write has a deadline, because a peer that stops talking (crashed, partitioned,
 //! or malicious and slow) must cost a probe slot its timeout, never a stuck task. The handshakes take

@@ -11,6 +11,7 @@ pub mod config;
 pub mod control;
 pub mod exporter;
 pub mod http;
+pub mod memlock;
 pub mod metrics;
 pub mod perftest;
 pub mod port;

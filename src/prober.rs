@@ -24,7 +24,7 @@ use crate::metrics::process::process_cpu_seconds;
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, LocalPort, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// Default memory budget of a session's regions on each end (see
 /// [`ProbeSettings::max_session_bytes`]).
@@ -395,6 +395,7 @@ impl Session {
             slots: wanted_slots(settings),
             send_depth: settings.tx_depth,
             recv_depth: 1,
+            remote: RemoteAccess::None,
         };
         // Registering (pinning) a large region is a blocking system call.
         let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
@@ -771,6 +772,14 @@ async fn prepare_pattern(mut set: QpSet) -> Result<(QpSet, u64), ProbeError> {
     })
     .await
     .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("pattern task: {e}")))
+}
+
+/// The most memory a session with these settings registers (pins) on the prober's side: its
+/// QPs' slots of one message each. The responder registers at most the same.
+pub fn session_region_bytes(settings: &ProbeSettings) -> u64 {
+    wanted_slots(settings)
+        .saturating_mul(settings.message_size.max(1))
+        .saturating_mul(u64::from(settings.qps.max(1)))
 }
 
 /// Message slots per QP to ask for: one per message of the burst (every message verified) when

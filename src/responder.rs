@@ -35,7 +35,7 @@ use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::LocalPort;
-use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
+use crate::verbs::{wc_opcode, Completion, Context, RemoteAccess, VerbsError};
 
 /// One device a responder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -870,6 +870,7 @@ fn open_session(
         slots,
         send_depth: 1,
         recv_depth: 1,
+        remote: RemoteAccess::Write,
     };
     let mut set = QpSet::create(ctx, shape, &path)?;
     let mtu = set.path_mtu(request.mtu, None);
@@ -1278,6 +1279,24 @@ mod tests {
                 detail: None
             }
         );
+    }
+
+    #[test]
+    fn pinned_memory_is_bounded_across_sessions_and_returned_when_they_end() {
+        let pinned = Arc::new(AtomicU64::new(0));
+        let first = PinnedReservation::take(&pinned, 600, 1000).unwrap();
+        assert!(PinnedReservation::take(&pinned, 401, 1000).is_none());
+        let second = PinnedReservation::take(&pinned, 400, 1000).unwrap();
+        assert_eq!(pinned.load(Ordering::Acquire), 1000);
+        assert!(PinnedReservation::take(&pinned, 1, 1000).is_none());
+        drop(first);
+        assert_eq!(pinned.load(Ordering::Acquire), 400);
+        assert!(PinnedReservation::take(&pinned, 600, 1000).is_some());
+        drop(second);
+        assert_eq!(pinned.load(Ordering::Acquire), 0);
+        // A request that would overflow the counter is refused, not wrapped.
+        let _held = PinnedReservation::take(&pinned, 1, u64::MAX).unwrap();
+        assert!(PinnedReservation::take(&pinned, u64::MAX, u64::MAX).is_none());
     }
 
     #[test]

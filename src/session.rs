@@ -10,7 +10,7 @@
 use crate::control::QpEndpoint;
 use crate::verbs::{
     CompletionQueue, Context, LinkLayer, MemoryRegion, PathMtu, PathParams, ProtectionDomain,
-    QpCaps, QueuePair, RemoteEndpoint, RtsParams, VerbsError,
+    QpCaps, QueuePair, RemoteAccess, RemoteEndpoint, RtsParams, VerbsError,
 };
 
 /// Extra CQ entries beyond the send windows: one receive per QP for the closing WRITE WITH
@@ -29,6 +29,9 @@ pub struct QpSetShape {
     pub send_depth: u32,
     /// Receive queue depth per QP (the responder posts one receive per burst).
     pub recv_depth: u32,
+    /// What the peer may do to this side's memory: write (the responder) or nothing (the
+    /// prober, whose region is only the source of its own writes).
+    pub remote: RemoteAccess,
 }
 
 /// Path options the operator controls (docs/architecture.md, "ib_write_bw semantics").
@@ -99,7 +102,7 @@ impl QpSet {
             .saturating_mul(shape.send_depth.saturating_add(shape.recv_depth))
             .saturating_add(CQ_SLACK);
         let cq = ctx.create_cq(cqe)?;
-        let mr = pd.register(mr_len)?;
+        let mr = pd.register(mr_len, shape.remote)?;
         let mut qps = Vec::with_capacity(usize::from(shape.qps));
         let mut psns = Vec::with_capacity(usize::from(shape.qps));
         for _ in 0..shape.qps {
@@ -111,7 +114,7 @@ impl QpSet {
                     max_recv_wr: shape.recv_depth.max(1),
                 },
             )?;
-            qp.to_init(ctx.port(), 0)?;
+            qp.to_init(ctx.port(), 0, shape.remote)?;
             qps.push(qp);
             psns.push(random_psn());
         }

@@ -350,7 +350,7 @@ impl AuthArgs {
     /// (docs/architecture.md, "Authentication").
     fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
         match (self.psk_file, self.no_auth) {
-            (Some(path), _) => Psk::load(&path).map(AuthMode::Psk).map_err(|e| {
+            (Some(path), _) => Psk::load(&path).map(AuthMode::psk).map_err(|e| {
                 // PskError never contains key material (see control::auth).
                 usage_error(
                     subcommand,
@@ -1340,10 +1340,13 @@ mod tests {
         assert!(e.to_string().contains("cannot be used with"), "{e}");
     }
 
+    /// A file only its owner can read, as a key file must be.
     fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let path =
             std::env::temp_dir().join(format!("rdma-probe-cli-{}-{name}", std::process::id()));
         std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         path
     }
 

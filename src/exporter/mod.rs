@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, watch as signal};
 use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
 use crate::http::{self, ExporterPages};
+use crate::memlock::{self, Allowance, MemlockError, Need};
 use crate::metrics::Metrics;
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
@@ -54,9 +55,8 @@ const COMMAND_QUEUE: usize = 16;
 /// shutdown before the exporter leaves anyway.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Responder limits of the exporter (the `responder` command's defaults).
-const MAX_SESSIONS: usize = 16;
-const MAX_PINNED_BYTES: u64 = 1 << 30;
+/// Connections authenticating at once (the `responder` command's default); the session and
+/// memory limits are the config's `limits`.
 const MAX_HANDSHAKES: usize = 8;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -76,6 +76,8 @@ pub enum ExporterError {
     Schedule(String),
     #[error(transparent)]
     Responder(#[from] responder::ResponderError),
+    #[error(transparent)]
+    Memlock(#[from] MemlockError),
 }
 
 /// The two listeners the exporter serves on, bound by the caller (so a port in use is reported
@@ -101,6 +103,7 @@ pub async fn run(
 ) -> Result<(), ExporterError> {
     let auth = config.auth().load().map_err(ExporterError::Psk)?;
     let devices = local_devices(&config)?;
+    check_memlock(&config, &devices, &auth)?;
     let schedule = ScheduleConfig::with_duty_cycle(config.schedule().duty_cycle);
     let scheduler = Scheduler::new(seed_from_name(config.node()), schedule)
         .map_err(|e| ExporterError::Schedule(e.to_string()))?;
@@ -219,6 +222,21 @@ pub async fn run(
     }
 }
 
+/// Refuses to start when RLIMIT_MEMLOCK cannot hold what the config's sessions may pin: the
+/// sessions served (within `limits`) and one warm session per probed path.
+fn check_memlock(config: &Config, devices: &[Device], auth: &AuthMode) -> Result<(), MemlockError> {
+    let limits = config.limits();
+    let regions = paths::path_specs(config, devices, auth, limits)
+        .into_values()
+        .map(|spec| crate::prober::session_region_bytes(&spec.settings));
+    let need = Need::serving(limits.max_sessions, limits.max_pinned_bytes).probing(regions);
+    memlock::check(
+        need,
+        Allowance::current(),
+        "limits.max_pinned, or limits.max_session_memory and the paths' burst sizes",
+    )
+}
+
 /// The configured devices, or every device with an ACTIVE port (its first) that is not
 /// excluded, with automatic GID selection and no rail.
 fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
@@ -263,9 +281,9 @@ fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> Re
             })
             .collect(),
         auth,
-        max_sessions: MAX_SESSIONS,
-        max_pinned_bytes: MAX_PINNED_BYTES,
-        max_session_bytes: crate::prober::DEFAULT_MAX_SESSION_BYTES,
+        max_sessions: config.limits().max_sessions,
+        max_pinned_bytes: config.limits().max_pinned_bytes,
+        max_session_bytes: config.limits().max_session_bytes,
         max_handshakes: MAX_HANDSHAKES,
         idle_timeout: IDLE_TIMEOUT,
         io_timeout: config.defaults().timeout(),

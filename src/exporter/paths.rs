@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::burst::BurstLength;
-use crate::config::{Config, Device, HostPort, Peer, PeerMode, ProbeConfig};
+use crate::config::{Config, Device, HostPort, Limits, Peer, PeerMode, ProbeConfig};
 use crate::control::AuthMode;
 use crate::prober::{BurstRequest, ProbeSettings};
 use crate::schedule::{rail_matched, LocalDevice, PathKey, PathPlan};
@@ -66,11 +66,12 @@ impl PathSpec {
 }
 
 /// The paths of `config` from the local `devices`: one per (device, active peer), matched by
-/// rail, keyed for the scheduler.
+/// rail, keyed for the scheduler. Their sessions ask for at most `limits.max_session_bytes`.
 pub fn path_specs(
     config: &Config,
     devices: &[Device],
     auth: &AuthMode,
+    limits: &Limits,
 ) -> BTreeMap<PathKey, PathSpec> {
     let local: Vec<LocalDevice> = devices
         .iter()
@@ -90,6 +91,7 @@ pub fn path_specs(
                 auth.clone(),
             );
             settings.rail = key.rail;
+            settings.max_session_bytes = limits.max_session_bytes;
             let spec = PathSpec {
                 key: key.clone(),
                 address: peer.address().clone(),
@@ -162,7 +164,7 @@ peers:
     #[test]
     fn every_device_probes_every_other_peer_on_its_rail() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None);
+        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
         let keys: Vec<String> = specs.keys().map(|k| k.to_string()).collect();
         assert_eq!(specs.len(), 4, "{keys:?}");
         for (key, spec) in &specs {
@@ -179,7 +181,7 @@ peers:
     #[test]
     fn expected_burst_follows_length_and_rate() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None);
+        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
         let node2 = &specs[&PathKey::new("mlx5_0", "node2", Some(0))];
         assert_eq!(
             node2.schedule_plan().expected_burst,
@@ -198,7 +200,7 @@ peers:
     #[test]
     fn every_nth_regular_burst_is_unpaced() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None);
+        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
         let spec = &specs[&PathKey::new("mlx5_0", "node2", Some(0))];
         let paced: Vec<bool> = (1..=7)
             .map(|n| spec.burst_request(n).rate_limit.is_some())
@@ -232,8 +234,8 @@ peers:
     fn a_session_survives_a_reload_only_when_its_shape_is_unchanged() {
         let before = config(TWO_RAILS);
         let after = config(&TWO_RAILS.replace("rate_limit: 5Gbps", "rate_limit: 4Gbps"));
-        let old = path_specs(&before, &devices(&before), &AuthMode::None);
-        let new = path_specs(&after, &devices(&after), &AuthMode::None);
+        let old = path_specs(&before, &devices(&before), &AuthMode::None, before.limits());
+        let new = path_specs(&after, &devices(&after), &AuthMode::None, after.limits());
         let node2 = PathKey::new("mlx5_0", "node2", Some(0));
         let node3 = PathKey::new("mlx5_0", "node3", Some(0));
         assert!(old[&node2].same_session(&new[&node2]));

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::device::{DeviceCommand, ProbeFinished};
 use super::paths::{path_specs, PathSpec};
-use crate::config::{Config, Device};
+use crate::config::{Config, Device, Limits};
 use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
@@ -37,6 +37,9 @@ pub struct Service {
     /// The local devices, opened at start; a reload cannot change them.
     devices: Vec<Device>,
     auth: AuthMode,
+    /// The limits the exporter started with (its memory check and responder use them); a reload
+    /// cannot change them.
+    limits: Limits,
     scheduler: Scheduler,
     specs: BTreeMap<PathKey, PathSpec>,
     /// Regular (not busy-retry) probes dispatched per path: every `unpaced_every`-th is unpaced.
@@ -70,6 +73,7 @@ impl Service {
             config: parts.config.clone(),
             devices: parts.devices,
             auth: parts.auth,
+            limits: *parts.config.limits(),
             scheduler: parts.scheduler,
             specs: BTreeMap::new(),
             regular_probes: BTreeMap::new(),
@@ -262,7 +266,7 @@ impl Service {
                 .set_config(schedule)
                 .map_err(|e| e.to_string())?;
         }
-        let specs = path_specs(&config, &self.devices, &self.auth);
+        let specs = path_specs(&config, &self.devices, &self.auth, &self.limits);
         let plans = specs.values().map(PathSpec::schedule_plan).collect();
         self.scheduler
             .set_paths(plans, self.now())
@@ -304,6 +308,9 @@ impl Service {
         }
         if old.devices() != new.devices() || old.exclude_devices() != new.exclude_devices() {
             changed.push("devices");
+        }
+        if old.limits() != new.limits() {
+            changed.push("limits");
         }
         if !changed.is_empty() {
             tracing::warn!(

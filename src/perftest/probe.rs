@@ -17,7 +17,7 @@ use crate::prober::{
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
-use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// perftest's default control port.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -112,6 +112,7 @@ async fn run(
         slots: 1,
         send_depth: settings.tx_depth,
         recv_depth: 1,
+        remote: RemoteAccess::None,
     };
     let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
         .await

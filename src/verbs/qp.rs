@@ -16,11 +16,10 @@ use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::queue_pair::{
     BasicQueuePair, QueuePair as _, QueuePairAttribute, QueuePairState, QueuePairType,
 };
-use sideway::ibverbs::AccessFlags;
 
 use super::device::{error_chain, query_valid_gid};
 use super::error::{Resource, Result, VerbsError};
-use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain};
+use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess};
 use super::types::PathMtu;
 
 /// Largest PSN (PSNs are 24 bits on the wire).
@@ -294,8 +293,9 @@ impl QueuePair {
         })
     }
 
-    /// RESET → INIT on `port` with `pkey_index`, allowing remote writes only (perftest WRITE).
-    pub fn to_init(&mut self, port: u8, pkey_index: u16) -> Result<()> {
+    /// RESET → INIT on `port` with `pkey_index`, allowing the peer's RDMA WRITEs (perftest WRITE)
+    /// or, with [`RemoteAccess::None`], no remote access at all.
+    pub fn to_init(&mut self, port: u8, pkey_index: u16, remote: RemoteAccess) -> Result<()> {
         if port == 0 || port > self.port_count {
             return Err(VerbsError::UnknownPort {
                 device: self.device.to_string(),
@@ -307,7 +307,7 @@ impl QueuePair {
         attr.setup_state(QueuePairState::Init)
             .setup_pkey_index(pkey_index)
             .setup_port(port)
-            .setup_access_flags(AccessFlags::RemoteWrite);
+            .setup_access_flags(remote.qp_flags());
         self.modify(&attr, "INIT")?;
         self.port = Some(port);
         Ok(())

@@ -220,8 +220,8 @@ peers:
         );
         let before = config(TWO_RAILS);
         let after = config(&text);
-        let old = path_specs(&before, &devices(&before), &AuthMode::None);
-        let new = path_specs(&after, &devices(&after), &AuthMode::None);
+        let old = path_specs(&before, &devices(&before), &AuthMode::None, before.limits());
+        let new = path_specs(&after, &devices(&after), &AuthMode::None, after.limits());
         let node2 = PathKey::new("mlx5_1", "node2", Some(1));
         let node3 = PathKey::new("mlx5_1", "node3", Some(1));
         assert_eq!(new[&node2].mode, PeerMode::Perftest);

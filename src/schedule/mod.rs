@@ -41,6 +41,7 @@ mod path;
 mod rng;
 mod scheduler;
 pub mod select;
+pub mod selection;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]
@@ -56,3 +57,7 @@ pub use scheduler::{
     DEFAULT_BUSY_BACKOFF_MAX, DEFAULT_CREDIT_WINDOW, DEFAULT_DUTY_CYCLE, DEFAULT_MEASURE_WINDOW,
 };
 pub use select::{rail_matched, LocalDevice};
+pub use selection::{
+    fit_plans, Candidate, Coverage, Layout, Role, Rotation, Selected, SelectionConfig, Selector,
+    Source,
+};

@@ -12,17 +12,23 @@ use tokio::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::device::{DeviceCommand, ProbeFinished};
-use super::paths::{path_specs, PathSpec};
+use super::paths::{path_specs, selector, PathSpec};
 use crate::config::{Config, Device};
 use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
-use crate::schedule::{Attempt, Dispatch, Outcome, PathKey, ScheduleConfig, Scheduler};
+use crate::schedule::{
+    fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Rotation, ScheduleConfig,
+    Scheduler, Selector,
+};
 
 /// The `peer_device` label of a path whose peer has not answered yet (down since this exporter
 /// started): replaced by the peer's device at its first answer.
 pub const UNKNOWN_PEER_DEVICE: &str = "unknown";
+
+/// How soon the service looks at the wall clock again when a round timer fired early.
+const ROUND_RECHECK: Duration = Duration::from_millis(100);
 
 /// A reload asked over HTTP or by a signal; the answer says whether the new file was taken.
 #[derive(Debug)]
@@ -38,6 +44,12 @@ pub struct Service {
     devices: Vec<Device>,
     auth: AuthMode,
     scheduler: Scheduler,
+    /// Which paths each round (docs/scale.md, "Selection"), and the sampled paths still waiting
+    /// for their probe.
+    selector: Selector,
+    rotation: Rotation,
+    /// The round the current selection is of (the wall clock's, shared by every node).
+    round: u64,
     specs: BTreeMap<PathKey, PathSpec>,
     /// Regular (not busy-retry) probes dispatched per path: every `unpaced_every`-th is unpaced.
     regular_probes: BTreeMap<PathKey, u64>,
@@ -65,12 +77,16 @@ pub struct ServiceParts {
 impl Service {
     /// Takes the initial config: paths, info metrics, `config_reload_success` 1.
     pub async fn start(parts: ServiceParts) -> Service {
+        let selector = selector(&parts.config, &parts.devices);
         let mut service = Service {
             config_path: parts.config_path,
             config: parts.config.clone(),
             devices: parts.devices,
             auth: parts.auth,
             scheduler: parts.scheduler,
+            selector,
+            rotation: Rotation::new(),
+            round: 0,
             specs: BTreeMap::new(),
             regular_probes: BTreeMap::new(),
             peer_devices: BTreeMap::new(),
@@ -108,6 +124,13 @@ impl Service {
                     None => std::future::pending().await,
                 }
             };
+            let next_round = self.next_round_at();
+            let round_ends = async move {
+                match next_round {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -118,8 +141,32 @@ impl Service {
                         let _ = reply.send(result);
                     }
                 }
+                () = round_ends => self.next_round().await,
                 () = sleep => {}
             }
+        }
+    }
+
+    /// When the next round starts (by the wall clock), for a rotating selection; `None` for a
+    /// full mesh, whose selection never changes.
+    fn next_round_at(&self) -> Option<Instant> {
+        if self.selector.is_full_mesh() {
+            return None;
+        }
+        let start = self.selector.round_start(self.round.saturating_add(1));
+        let until = start.saturating_sub(unix_time(SystemTime::now()));
+        // Tokio's clock and the wall clock may disagree by a little: look again shortly rather
+        // than spin until the wall clock reaches the round.
+        Some(Instant::now() + until.max(ROUND_RECHECK))
+    }
+
+    /// A new round: the next sampled paths replace those that were probed.
+    async fn next_round(&mut self) {
+        if self.selector.round_at(unix_time(SystemTime::now())) == self.round {
+            return;
+        }
+        if let Err(e) = self.select_paths().await {
+            tracing::error!(error = %e, "the new round's paths cannot be scheduled: keeping the previous ones");
         }
     }
 
@@ -183,6 +230,9 @@ impl Service {
         };
         let now = self.now();
         self.scheduler.completed(&key, result, now);
+        if result.kind != OutcomeKind::Busy {
+            self.rotation.probed(&key);
+        }
         if !self.specs.contains_key(&key) {
             return; // removed by a reload while its burst ran: its series are gone
         }
@@ -262,13 +312,57 @@ impl Service {
                 .set_config(schedule)
                 .map_err(|e| e.to_string())?;
         }
-        let specs = path_specs(&config, &self.devices, &self.auth);
-        let plans = specs.values().map(PathSpec::schedule_plan).collect();
+        let selector = selector(&config, &self.devices);
+        let old = std::mem::replace(&mut self.config, config);
+        let old_selector = std::mem::replace(&mut self.selector, selector);
+        if let Err(e) = self.select_paths().await {
+            self.config = old;
+            self.selector = old_selector;
+            return Err(e);
+        }
+        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
+        Ok(())
+    }
+
+    /// Schedules the selection of the current round (the config's paths, for a full mesh) and
+    /// tells the device workers and the recorder. On error nothing changes.
+    async fn select_paths(&mut self) -> Result<(), String> {
+        let round = self.selector.round_at(unix_time(SystemTime::now()));
+        let wanted = self.selector.select(round);
+        let mut rotation = self.rotation.clone();
+        let selected = if self.selector.is_full_mesh() {
+            rotation = Rotation::new();
+            wanted
+        } else {
+            rotation.next(round, wanted)
+        };
+        let specs = path_specs(&self.config, &self.devices, &self.auth, &selected);
+        let selected: Vec<_> = selected
+            .into_iter()
+            .filter(|s| specs.contains_key(&s.key))
+            .collect();
+        let plans = fit_plans(
+            &selected,
+            |key| specs[key].schedule_plan(),
+            self.scheduler.config().duty_cycle,
+            self.selector.config().round,
+        );
         self.scheduler
             .set_paths(plans, self.now())
             .map_err(|e| e.to_string())?;
+        self.rotation = rotation;
+        if round != self.round && !self.selector.is_full_mesh() {
+            let coverage = self.selector.coverage();
+            tracing::debug!(
+                round,
+                paths = specs.len(),
+                waiting = self.rotation.waiting(),
+                groups = coverage.groups,
+                "new selection round"
+            );
+        }
+        self.round = round;
         self.specs = specs;
-        self.config = config;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
         self.peer_devices.retain(|k, _| self.specs.contains_key(k));
@@ -283,7 +377,6 @@ impl Service {
             let _ = worker.send(DeviceCommand::Retain(mine)).await;
         }
         self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
-        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;
@@ -371,6 +464,10 @@ fn info_labels(config: &Config) -> InfoLabels {
         })
         .collect();
     InfoLabels { node, peers }
+}
+
+fn unix_time(at: SystemTime) -> Duration {
+    at.duration_since(UNIX_EPOCH).unwrap_or_default()
 }
 
 fn unix_seconds(at: SystemTime) -> f64 {

@@ -578,6 +578,8 @@ pub fn fit_plans(
 /// late rather than lost).
 #[derive(Debug, Clone, Default)]
 pub struct Rotation {
+    /// The round of the current set.
+    round: Option<u64>,
     /// Sampled paths in the current set, and whether each has been probed since it was
     /// selected.
     sampled: BTreeMap<PathKey, bool>,
@@ -588,9 +590,11 @@ impl Rotation {
         Rotation::default()
     }
 
-    /// The set for a new round: `wanted` (this round's selection), plus the earlier sampled
-    /// paths still waiting for their probe. A path wanted again starts waiting anew.
-    pub fn next(&mut self, wanted: Vec<Selected>) -> Vec<Selected> {
+    /// The set for `round`: `wanted` (the round's selection), plus the earlier sampled paths
+    /// still waiting for their probe. In a new round a path wanted again waits for a probe anew;
+    /// within the same round (a reload) it keeps what it had.
+    pub fn next(&mut self, round: u64, wanted: Vec<Selected>) -> Vec<Selected> {
+        let same_round = self.round == Some(round);
         let wanted_keys: BTreeSet<&PathKey> = wanted.iter().map(|s| &s.key).collect();
         let carried: Vec<Selected> = self
             .sampled
@@ -604,10 +608,12 @@ impl Rotation {
         let mut sampled = BTreeMap::new();
         for s in wanted.iter().chain(&carried) {
             if s.role == Role::Sampled {
-                sampled.insert(s.key.clone(), false);
+                let probed = same_round && self.sampled.get(&s.key).copied().unwrap_or(false);
+                sampled.insert(s.key.clone(), probed);
             }
         }
         self.sampled = sampled;
+        self.round = Some(round);
         let mut out = wanted;
         out.extend(carried);
         out

@@ -159,22 +159,32 @@ fn rotation_keeps_sampled_paths_until_probed() {
     let key = |p: &str| PathKey::new("d", p, Some(0));
     let sel = |p: &str, role| Selected { key: key(p), role };
     let mut r = Rotation::new();
-    let first = r.next(vec![
-        sel("same", Role::SameGroup),
-        sel("a", Role::Sampled),
-        sel("b", Role::Sampled),
-    ]);
+    let first = r.next(
+        1,
+        vec![
+            sel("same", Role::SameGroup),
+            sel("a", Role::Sampled),
+            sel("b", Role::Sampled),
+        ],
+    );
     assert_eq!(first.len(), 3);
     r.probed(&key("a"));
     r.probed(&key("same"));
+    // A reload within the round keeps what was probed.
+    assert_eq!(r.next(1, first.clone()), first);
+    assert_eq!(r.waiting(), 1);
     // Round 2 wants c: a was probed and goes, b was not and stays.
-    let second = r.next(vec![sel("same", Role::SameGroup), sel("c", Role::Sampled)]);
+    let second = r.next(
+        2,
+        vec![sel("same", Role::SameGroup), sel("c", Role::Sampled)],
+    );
     let peers: Vec<&str> = second.iter().map(|s| s.key.peer.as_str()).collect();
     assert_eq!(peers, ["same", "c", "b"]);
     assert_eq!(r.waiting(), 2);
     r.probed(&key("b"));
-    // Wanted again: waits for a probe in this round anew.
-    let third = r.next(vec![sel("c", Role::Sampled)]);
+    r.probed(&key("c"));
+    // Wanted again in a new round: waits for a probe anew.
+    let third = r.next(3, vec![sel("c", Role::Sampled)]);
     assert_eq!(third.len(), 1);
     assert_eq!(r.waiting(), 1);
 }

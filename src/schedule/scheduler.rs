@@ -180,6 +180,12 @@ impl PathState {
 #[derive(Debug, Clone)]
 struct DeviceState {
     paths: BTreeMap<PathKey, PathState>,
+    /// `(next_due, key)` of every path without a running burst: the next path is the first.
+    /// Kept in step with `paths` by every change of a due time or a running burst, so that a
+    /// poll costs a lookup, not a scan (a simulated cluster polls ten thousand schedulers).
+    idle: BTreeSet<(Duration, PathKey)>,
+    /// Σ cost / interval over `paths` (see [`DeviceState::demand`]).
+    demand: f64,
     /// The running burst, possibly of a path that has since left the set.
     running: Option<PathKey>,
     /// When the device last became idle (start, or the last completion).
@@ -196,6 +202,8 @@ impl DeviceState {
     fn new(now: Duration, config: &ScheduleConfig) -> Self {
         DeviceState {
             paths: BTreeMap::new(),
+            idle: BTreeSet::new(),
+            demand: 0.0,
             running: None,
             idle_since: now,
             gate: Gate::new(now, config.credit_window),
@@ -207,20 +215,33 @@ impl DeviceState {
         }
     }
 
+    /// Share of wall time the paths want: Σ cost / interval. Updated as costs change, and
+    /// summed afresh whenever the path set changes.
     fn demand(&self) -> f64 {
-        self.paths
+        self.demand
+    }
+
+    fn sum_demand(&mut self) {
+        self.demand = self
+            .paths
             .values()
             .map(|p| p.cost / p.plan.interval.as_secs_f64())
-            .sum()
+            .sum();
+    }
+
+    /// Rebuilds the index of idle paths (after the path set changed).
+    fn index_idle(&mut self) {
+        self.idle = self
+            .paths
+            .iter()
+            .filter(|(_, p)| p.running.is_none())
+            .map(|(k, p)| (p.next_due, k.clone()))
+            .collect();
     }
 
     /// The path that goes next: the most overdue idle one (ties: key order).
     fn next_path(&self) -> Option<(&PathKey, Duration)> {
-        self.paths
-            .iter()
-            .filter(|(_, p)| p.running.is_none())
-            .min_by_key(|(_, p)| p.next_due)
-            .map(|(k, p)| (k, p.next_due))
+        self.idle.first().map(|(due, k)| (k, *due))
     }
 }
 
@@ -274,60 +295,81 @@ impl Scheduler {
     /// phase within their first (stretched) interval. A removed path's running burst keeps its
     /// device busy until it is reported. On error nothing changes.
     pub fn set_paths(&mut self, plans: Vec<PathPlan>, now: Duration) -> Result<(), ScheduleError> {
-        let mut seen = BTreeSet::new();
-        for plan in &plans {
-            plan.validate()?;
-            if !seen.insert(&plan.key) {
-                return Err(ScheduleError::Duplicate(plan.key.clone()));
+        validate_plans(&plans)?;
+        let wanted: BTreeSet<&PathKey> = plans.iter().map(|p| &p.key).collect();
+        let removed: Vec<PathKey> = self
+            .paths()
+            .filter(|k| !wanted.contains(k))
+            .cloned()
+            .collect();
+        self.apply_paths(&removed, plans, now);
+        Ok(())
+    }
+
+    /// Changes part of the path set: removes the paths `remove` (keys not in the set are
+    /// ignored), then adds or changes the paths of `upsert`, as [`set_paths`](Self::set_paths)
+    /// would with the whole resulting set. For a selection that replaces a few paths each
+    /// round, without touching the others. On error nothing changes.
+    pub fn update_paths(
+        &mut self,
+        remove: &[PathKey],
+        upsert: Vec<PathPlan>,
+        now: Duration,
+    ) -> Result<(), ScheduleError> {
+        validate_plans(&upsert)?;
+        self.apply_paths(remove, upsert, now);
+        Ok(())
+    }
+
+    /// Removes `remove`, then adds or changes `upsert` (already validated), device by device
+    /// in name order (the order of the phase draws).
+    fn apply_paths(&mut self, remove: &[PathKey], upsert: Vec<PathPlan>, now: Duration) {
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for key in remove {
+            let Some(dev) = self.devices.get_mut(&key.device) else {
+                continue;
+            };
+            if let Some(p) = dev.paths.remove(key) {
+                dev.idle.remove(&(p.next_due, key.clone()));
+                touched.insert(key.device.clone());
             }
         }
-        drop(seen);
-
         let mut by_device: BTreeMap<String, Vec<PathPlan>> = BTreeMap::new();
-        for plan in plans {
+        for plan in upsert {
             by_device
                 .entry(plan.key.device.clone())
                 .or_default()
                 .push(plan);
         }
-        // Devices that lost all their paths go, unless a burst is still running there.
-        self.devices.retain(|name, dev| {
-            if by_device.contains_key(name) {
-                return true;
-            }
-            dev.paths.clear();
-            dev.running.is_some()
-        });
-
         for (name, plans) in by_device {
             let config = &self.config;
             let dev = self
                 .devices
-                .entry(name)
+                .entry(name.clone())
                 .or_insert_with(|| DeviceState::new(now, config));
-            let mut old = std::mem::take(&mut dev.paths);
+            touched.remove(&name);
             // (key, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
             for plan in plans {
                 let key = plan.key.clone();
-                let state = match old.remove(&key) {
-                    Some(mut s) => {
+                match dev.paths.get_mut(&key) {
+                    Some(s) => {
                         if plan.interval < s.plan.interval {
-                            to_phase.push((key.clone(), true));
+                            to_phase.push((key, true));
                         }
                         if plan.expected_burst != s.plan.expected_burst {
                             s.cost = plan.expected_burst.as_secs_f64();
                         }
                         s.plan = plan;
-                        s
                     }
                     None => {
                         to_phase.push((key.clone(), false));
-                        PathState::new(plan, config.busy_backoff)
+                        dev.paths
+                            .insert(key, PathState::new(plan, config.busy_backoff));
                     }
-                };
-                dev.paths.insert(key, state);
+                }
             }
+            dev.sum_demand();
             let factor = stretch(dev.demand(), self.config.duty_cycle);
             for (key, pulled_in) in to_phase {
                 let Some(p) = dev.paths.get_mut(&key) else {
@@ -337,8 +379,18 @@ impl Scheduler {
                 let due = now.saturating_add(phase);
                 p.next_due = if pulled_in { p.next_due.min(due) } else { due };
             }
+            dev.index_idle();
         }
-        Ok(())
+        // Devices that only lost paths: their demand, and whether they go (no path left and no
+        // burst running).
+        for name in touched {
+            if let Some(dev) = self.devices.get_mut(&name) {
+                dev.sum_demand();
+                if dev.paths.is_empty() && dev.running.is_none() {
+                    self.devices.remove(&name);
+                }
+            }
+        }
     }
 
     /// Bursts to start now: at most one per local device, on devices with no running burst and
@@ -375,6 +427,7 @@ impl Scheduler {
                 }
             };
             p.running = Some(Running { started: now });
+            dev.idle.remove(&(p.next_due, key.clone()));
             p.stats.dispatched += 1;
             p.stats.last_start = Some(now);
             if budget_deferred {
@@ -418,7 +471,9 @@ impl Scheduler {
             Some(p) => match p.running.take() {
                 Some(run) => {
                     if outcome.kind != OutcomeKind::Busy {
-                        p.cost += COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+                        let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+                        p.cost += change;
+                        dev.demand += change / p.plan.interval.as_secs_f64();
                     }
                     run
                 }
@@ -472,6 +527,7 @@ impl Scheduler {
                 }
             }
         }
+        dev.idle.insert((p.next_due, key.clone()));
         Completion::Recorded
     }
 
@@ -546,6 +602,35 @@ impl Scheduler {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Panics unless the idle index and the cached demand of every device agree with its paths.
+    #[cfg(test)]
+    pub(crate) fn check_index(&self) {
+        for (name, dev) in &self.devices {
+            let mut copy = dev.clone();
+            copy.index_idle();
+            assert_eq!(copy.idle, dev.idle, "{name}: idle index");
+            copy.sum_demand();
+            assert!(
+                (copy.demand - dev.demand).abs() <= 1e-9 * copy.demand.max(1.0),
+                "{name}: demand {} cached as {}",
+                copy.demand,
+                dev.demand
+            );
+        }
+    }
+}
+
+/// Every plan valid and no key twice.
+fn validate_plans(plans: &[PathPlan]) -> Result<(), ScheduleError> {
+    let mut seen = BTreeSet::new();
+    for plan in plans {
+        plan.validate()?;
+        if !seen.insert(&plan.key) {
+            return Err(ScheduleError::Duplicate(plan.key.clone()));
+        }
+    }
+    Ok(())
 }
 
 /// Keeps gaps far from `Duration` overflow whatever the caller's `now`.

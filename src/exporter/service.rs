@@ -19,8 +19,8 @@ use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
 use crate::schedule::{
-    fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Rotation, ScheduleConfig,
-    Scheduler, Selector,
+    fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Role, Rotation, ScheduleConfig,
+    Scheduler, Selected, Selector,
 };
 
 /// The `peer_device` label of a path whose peer has not answered yet (down since this exporter
@@ -328,14 +328,14 @@ impl Service {
     /// tells the device workers and the recorder. On error nothing changes.
     async fn select_paths(&mut self) -> Result<(), String> {
         let round = self.selector.round_at(unix_time(SystemTime::now()));
-        let wanted = self.selector.select(round);
+        let mut selected = self.selector.fixed_paths(round);
         let mut rotation = self.rotation.clone();
-        let selected = if self.selector.is_full_mesh() {
-            rotation = Rotation::new();
-            wanted
-        } else {
-            rotation.next(round, wanted)
-        };
+        let wanted = self.selector.sampled_paths(round);
+        rotation.advance(round, wanted.into_iter().map(|s| s.key).collect());
+        selected.extend(rotation.sampled().map(|key| Selected {
+            key: key.clone(),
+            role: Role::Sampled,
+        }));
         let specs = path_specs(&self.config, &self.devices, &self.auth, &selected);
         let selected: Vec<_> = selected
             .into_iter()
@@ -346,6 +346,7 @@ impl Service {
             |key| specs[key].schedule_plan(),
             self.scheduler.config().duty_cycle,
             self.selector.config().round,
+            self.selector.coverage().sampled_per_device,
         );
         self.scheduler
             .set_paths(plans, self.now())

@@ -300,8 +300,17 @@ impl Selector {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    /// The paths of `round`, per local device (in device order), same-group before sampled.
+    /// The paths of `round`: [`fixed_paths`](Self::fixed_paths), then
+    /// [`sampled_paths`](Self::sampled_paths).
     pub fn select(&self, round: u64) -> Vec<Selected> {
+        let mut out = self.fixed_paths(round);
+        out.extend(self.sampled_paths(round));
+        out
+    }
+
+    /// The paths that do not rotate with the sample: every candidate (full mesh), or the node's
+    /// group (the whole group in every round when it fits in `max_peers`), per local device.
+    pub fn fixed_paths(&self, round: u64) -> Vec<Selected> {
         let mut out = Vec::new();
         if self.full_mesh {
             for d in &self.devices {
@@ -315,11 +324,27 @@ impl Selector {
             return out;
         }
         let same = self.same_group(round);
-        for (index, d) in self.devices.iter().enumerate() {
+        for d in &self.devices {
             out.extend(same.iter().map(|p| Selected {
                 key: PathKey::new(d.name.clone(), (*p).clone(), d.rail),
                 role: Role::SameGroup,
             }));
+        }
+        out
+    }
+
+    /// Whether [`fixed_paths`](Self::fixed_paths) is the same in every round.
+    pub fn fixed_paths_rotate(&self) -> bool {
+        !self.full_mesh && self.coverage().same_group_rounds > 0
+    }
+
+    /// This round's other-group paths, per local device (none for a full mesh).
+    pub fn sampled_paths(&self, round: u64) -> Vec<Selected> {
+        let mut out = Vec::new();
+        if self.full_mesh {
+            return out;
+        }
+        for (index, d) in self.devices.iter().enumerate() {
             let rail = rail_index(d, index);
             // A window longer than a block's whole cycle (tiny groups) comes back to a pair.
             let mut taken = BTreeSet::new();
@@ -522,14 +547,17 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 /// The scheduler's plans for a selection: full-mesh paths as `base` plans them; a sampled path
 /// once per round (interval = round); same-group paths at their configured interval, stretched
-/// per device (all by the same factor) so that they and the device's sampled paths fit
-/// [`PLAN_FILL`] of `duty_cycle`. Without this the scheduler would stretch every path of the
-/// device alike, sampled ones too, and a sampled path's first probe would fall past its round.
+/// per device (all by the same factor) so that they and `sampled_per_device` sampled paths (the
+/// nominal share, [`Coverage::sampled_per_device`]) fit [`PLAN_FILL`] of `duty_cycle`. Without
+/// this the scheduler would stretch every path of the device alike, sampled ones too, and a
+/// sampled path's first probe would fall past its round. Planned by the nominal share rather
+/// than this round's count, a same-group plan stays the same from round to round.
 pub fn fit_plans(
     selected: &[Selected],
     base: impl Fn(&PathKey) -> PathPlan,
     duty_cycle: f64,
     round: Duration,
+    sampled_per_device: usize,
 ) -> Vec<PathPlan> {
     let mut plans: Vec<(Role, PathPlan)> = selected
         .iter()
@@ -541,21 +569,23 @@ pub fn fit_plans(
             (s.role, plan)
         })
         .collect();
-    let mut per_device: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    // Per device: Σ burst / interval of the same-group paths, and their mean burst.
+    let mut per_device: BTreeMap<&str, (f64, f64, usize)> = BTreeMap::new();
     for (role, plan) in &plans {
-        let cost = plan.expected_burst.as_secs_f64() / plan.interval.as_secs_f64();
-        let entry = per_device.entry(plan.key.device.as_str()).or_default();
-        match role {
-            Role::Sampled => entry.0 += cost,
-            Role::SameGroup => entry.1 += cost,
-            Role::FullMesh => {}
+        if *role == Role::SameGroup {
+            let burst = plan.expected_burst.as_secs_f64();
+            let entry = per_device.entry(plan.key.device.as_str()).or_default();
+            entry.0 += burst / plan.interval.as_secs_f64();
+            entry.1 += burst;
+            entry.2 += 1;
         }
     }
     let factors: BTreeMap<String, f64> = per_device
         .into_iter()
-        .map(|(device, (sampled, same))| {
+        .map(|(device, (same, bursts, n))| {
+            let sampled = sampled_per_device as f64 * (bursts / n as f64) / round.as_secs_f64();
             let left = duty_cycle * PLAN_FILL - sampled;
-            let factor = if same > 0.0 && left > 0.0 && same > left {
+            let factor = if left > 0.0 && same > left {
                 same / left
             } else {
                 1.0
@@ -573,16 +603,22 @@ pub fn fit_plans(
     plans.into_iter().map(|(_, p)| p).collect()
 }
 
-/// The selection across rounds: this round's paths, plus the sampled paths of earlier rounds
-/// that have not been probed yet (kept until they are, so that a probe delayed past its round is
-/// late rather than lost).
+/// The sampled paths across rounds: this round's, plus those of earlier rounds that have not
+/// been probed yet (kept until they are, so that a probe delayed past its round is late rather
+/// than lost).
 #[derive(Debug, Clone, Default)]
 pub struct Rotation {
     /// The round of the current set.
     round: Option<u64>,
-    /// Sampled paths in the current set, and whether each has been probed since it was
-    /// selected.
+    /// The sampled paths now, and whether each has been probed since it was selected.
     sampled: BTreeMap<PathKey, bool>,
+}
+
+/// How the sampled set changed from one round to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundChange {
+    pub added: Vec<PathKey>,
+    pub removed: Vec<PathKey>,
 }
 
 impl Rotation {
@@ -590,33 +626,48 @@ impl Rotation {
         Rotation::default()
     }
 
-    /// The set for `round`: `wanted` (the round's selection), plus the earlier sampled paths
-    /// still waiting for their probe. In a new round a path wanted again waits for a probe anew;
-    /// within the same round (a reload) it keeps what it had.
-    pub fn next(&mut self, round: u64, wanted: Vec<Selected>) -> Vec<Selected> {
+    /// Moves to `round`, whose selection wants the sampled paths `wanted`: they, plus the
+    /// earlier ones still waiting for their probe, are the set from now on. In a new round a
+    /// path wanted again waits for a probe anew; within the same round (a reload) it keeps what
+    /// it had.
+    pub fn advance(&mut self, round: u64, wanted: Vec<PathKey>) -> RoundChange {
         let same_round = self.round == Some(round);
-        let wanted_keys: BTreeSet<&PathKey> = wanted.iter().map(|s| &s.key).collect();
-        let carried: Vec<Selected> = self
-            .sampled
-            .iter()
-            .filter(|(k, probed)| !**probed && !wanted_keys.contains(k))
-            .map(|(k, _)| Selected {
-                key: k.clone(),
-                role: Role::Sampled,
-            })
-            .collect();
-        let mut sampled = BTreeMap::new();
-        for s in wanted.iter().chain(&carried) {
-            if s.role == Role::Sampled {
-                let probed = same_round && self.sampled.get(&s.key).copied().unwrap_or(false);
-                sampled.insert(s.key.clone(), probed);
+        let mut next: BTreeMap<PathKey, bool> = BTreeMap::new();
+        let mut added = Vec::new();
+        for key in wanted {
+            let probed = match self.sampled.get(&key) {
+                Some(probed) => same_round && *probed,
+                None => {
+                    added.push(key.clone());
+                    false
+                }
+            };
+            next.insert(key, probed);
+        }
+        let mut removed = Vec::new();
+        for (key, probed) in std::mem::take(&mut self.sampled) {
+            if next.contains_key(&key) {
+                continue;
+            }
+            if probed {
+                removed.push(key);
+            } else {
+                next.insert(key, false);
             }
         }
-        self.sampled = sampled;
+        self.sampled = next;
         self.round = Some(round);
-        let mut out = wanted;
-        out.extend(carried);
-        out
+        RoundChange { added, removed }
+    }
+
+    /// The sampled paths now, in key order.
+    pub fn sampled(&self) -> impl Iterator<Item = &PathKey> {
+        self.sampled.keys()
+    }
+
+    /// Whether `key` is one of the sampled paths now.
+    pub fn contains(&self, key: &PathKey) -> bool {
+        self.sampled.contains_key(key)
     }
 
     /// A probe of `key` ran (succeeded or failed; a `busy` answer is not a probe).

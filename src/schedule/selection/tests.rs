@@ -157,35 +157,26 @@ fn a_group_larger_than_max_peers_is_rotated_through() {
 #[test]
 fn rotation_keeps_sampled_paths_until_probed() {
     let key = |p: &str| PathKey::new("d", p, Some(0));
-    let sel = |p: &str, role| Selected { key: key(p), role };
+    let keys = |ps: &[&str]| ps.iter().map(|p| key(p)).collect::<Vec<_>>();
     let mut r = Rotation::new();
-    let first = r.next(
-        1,
-        vec![
-            sel("same", Role::SameGroup),
-            sel("a", Role::Sampled),
-            sel("b", Role::Sampled),
-        ],
-    );
-    assert_eq!(first.len(), 3);
+    let first = r.advance(1, keys(&["a", "b"]));
+    assert_eq!(first.added, keys(&["a", "b"]));
     r.probed(&key("a"));
-    r.probed(&key("same"));
     // A reload within the round keeps what was probed.
-    assert_eq!(r.next(1, first.clone()), first);
+    assert_eq!(r.advance(1, keys(&["a", "b"])), RoundChange::default());
     assert_eq!(r.waiting(), 1);
     // Round 2 wants c: a was probed and goes, b was not and stays.
-    let second = r.next(
-        2,
-        vec![sel("same", Role::SameGroup), sel("c", Role::Sampled)],
-    );
-    let peers: Vec<&str> = second.iter().map(|s| s.key.peer.as_str()).collect();
-    assert_eq!(peers, ["same", "c", "b"]);
+    let second = r.advance(2, keys(&["c"]));
+    assert_eq!(second.added, keys(&["c"]));
+    assert_eq!(second.removed, keys(&["a"]));
+    assert_eq!(r.sampled().cloned().collect::<Vec<_>>(), keys(&["b", "c"]));
     assert_eq!(r.waiting(), 2);
     r.probed(&key("b"));
     r.probed(&key("c"));
     // Wanted again in a new round: waits for a probe anew.
-    let third = r.next(3, vec![sel("c", Role::Sampled)]);
-    assert_eq!(third.len(), 1);
+    let third = r.advance(3, keys(&["c"]));
+    assert_eq!(third.removed, keys(&["b"]));
+    assert!(third.added.is_empty());
     assert_eq!(r.waiting(), 1);
 }
 
@@ -214,7 +205,7 @@ fn fitted_plans_leave_room_for_the_sample() {
         role: Role::SameGroup,
     });
     let round = Duration::from_secs(600);
-    let plans = fit_plans(&selected, base, 0.05, round);
+    let plans = fit_plans(&selected, base, 0.05, round, 12);
     let demand: f64 = plans
         .iter()
         .filter(|p| p.key.device == "d")

@@ -20,4 +20,5 @@ pub mod reason;
 pub mod responder;
 pub mod schedule;
 pub mod session;
+pub mod simulate;
 pub mod verbs;

@@ -49,7 +49,7 @@ mod tests;
 
 pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
-    MAX_INTERVAL,
+    ScheduleKey, MAX_INTERVAL,
 };
 pub use rng::seed_from_name;
 pub use scheduler::{

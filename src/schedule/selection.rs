@@ -606,22 +606,40 @@ pub fn fit_plans(
 /// The sampled paths across rounds: this round's, plus those of earlier rounds that have not
 /// been probed yet (kept until they are, so that a probe delayed past its round is late rather
 /// than lost).
-#[derive(Debug, Clone, Default)]
-pub struct Rotation {
+#[derive(Debug, Clone)]
+pub struct Rotation<K = PathKey> {
     /// The round of the current set.
     round: Option<u64>,
     /// The sampled paths now, and whether each has been probed since it was selected.
-    sampled: BTreeMap<PathKey, bool>,
+    sampled: BTreeMap<K, bool>,
+}
+
+impl<K> Default for Rotation<K> {
+    fn default() -> Self {
+        Rotation {
+            round: None,
+            sampled: BTreeMap::new(),
+        }
+    }
 }
 
 /// How the sampled set changed from one round to the next.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RoundChange {
-    pub added: Vec<PathKey>,
-    pub removed: Vec<PathKey>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundChange<K = PathKey> {
+    pub added: Vec<K>,
+    pub removed: Vec<K>,
 }
 
-impl Rotation {
+impl<K> Default for RoundChange<K> {
+    fn default() -> Self {
+        RoundChange {
+            added: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+impl<K: Clone + Ord> Rotation<K> {
     pub fn new() -> Self {
         Rotation::default()
     }
@@ -630,9 +648,9 @@ impl Rotation {
     /// earlier ones still waiting for their probe, are the set from now on. In a new round a
     /// path wanted again waits for a probe anew; within the same round (a reload) it keeps what
     /// it had.
-    pub fn advance(&mut self, round: u64, wanted: Vec<PathKey>) -> RoundChange {
+    pub fn advance(&mut self, round: u64, wanted: Vec<K>) -> RoundChange<K> {
         let same_round = self.round == Some(round);
-        let mut next: BTreeMap<PathKey, bool> = BTreeMap::new();
+        let mut next: BTreeMap<K, bool> = BTreeMap::new();
         let mut added = Vec::new();
         for key in wanted {
             let probed = match self.sampled.get(&key) {
@@ -661,17 +679,17 @@ impl Rotation {
     }
 
     /// The sampled paths now, in key order.
-    pub fn sampled(&self) -> impl Iterator<Item = &PathKey> {
+    pub fn sampled(&self) -> impl Iterator<Item = &K> {
         self.sampled.keys()
     }
 
     /// Whether `key` is one of the sampled paths now.
-    pub fn contains(&self, key: &PathKey) -> bool {
+    pub fn contains(&self, key: &K) -> bool {
         self.sampled.contains_key(key)
     }
 
     /// A probe of `key` ran (succeeded or failed; a `busy` answer is not a probe).
-    pub fn probed(&mut self, key: &PathKey) {
+    pub fn probed(&mut self, key: &K) {
         if let Some(p) = self.sampled.get_mut(key) {
             *p = true;
         }

@@ -333,7 +333,7 @@ fn simulation_three_devices_twenty_paths_six_hours() {
     // bounded by the backoffs that fit in a slot (about 11 in a 240 s slot).
     let busy_total: u64 = devices
         .iter()
-        .map(|d| sim.sc.device_stats(d, sim.t).unwrap().deferred_busy)
+        .map(|d| sim.sc.device_stats(*d, sim.t).unwrap().deferred_busy)
         .sum();
     assert_eq!(busy_total, sim.busy_answers);
     check_paths(
@@ -460,8 +460,8 @@ proptest! {
             prop_assert_eq!(x, y);
         }
         prop_assert_eq!(a.sc.wait_until(), b.wait_until());
-        let devices: Vec<String> = a.sc.devices().map(str::to_owned).collect();
-        prop_assert_eq!(&devices, &b.devices().map(str::to_owned).collect::<Vec<_>>());
+        let devices: Vec<String> = a.sc.devices().cloned().collect();
+        prop_assert_eq!(&devices, &b.devices().cloned().collect::<Vec<_>>());
         for d in &devices {
             // The demand may differ in its last bits: summed afresh, or kept up to date.
             let (mut x, mut y) = (a.sc.device_stats(d, a.t).unwrap(), b.device_stats(d, a.t).unwrap());
@@ -538,7 +538,7 @@ proptest! {
             let bound = duty * (last.1 - first.0 + s(credit_s)).as_secs_f64() + max_burst + 1e-6;
             prop_assert!(used <= bound, "{dev}: {used} > {bound}");
         }
-        for dev in sim.sc.devices().map(str::to_string).collect::<Vec<_>>() {
+        for dev in sim.sc.devices().cloned().collect::<Vec<_>>() {
             let st = sim.sc.device_stats(&dev, sim.t).unwrap();
             prop_assert!(st.stretch_factor >= 1.0 && st.stretch_factor.is_finite());
             prop_assert!(st.duty_cycle_used >= 0.0);

@@ -21,4 +21,5 @@ pub mod reason;
 pub mod responder;
 pub mod schedule;
 pub mod session;
+pub mod simulate;
 pub mod verbs;

@@ -51,7 +51,22 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
         Action::Devices(action) => run_devices(action),
         Action::CheckConfig(file) => run_check_config(&file),
         Action::Run { config } => run_exporter(config).await,
+        Action::Simulate(config) => run_simulate(&config),
     }
+}
+
+/// `simulate`: the report on stdout, progress on stderr.
+fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<ExitCode> {
+    let report = crate::simulate::run(config, |t| {
+        tracing::info!(hours = t.as_secs() / 3600, "simulated");
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(report.render().as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `run`: the exporter, until SIGTERM/SIGINT; SIGHUP reloads the config.

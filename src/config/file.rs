@@ -283,7 +283,9 @@ pub(crate) struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSelection {
     pub group_by: Option<Scalar>,
+    pub max_peers: Option<Scalar>,
     pub sample: Option<Scalar>,
+    pub round: Option<Scalar>,
 }
 
 /// Parses `text` into the raw structs; YAML and shape errors come back with their position and

@@ -42,8 +42,17 @@ pub const DEFAULT_CONTROL_LISTEN: SocketAddr = SocketAddr::new(
 );
 /// How long a discovered peer that vanished stays a candidate, unless configured.
 pub const DEFAULT_FORGET_AFTER: Duration = Duration::from_secs(3600);
-/// Peers outside this node's group probed per round, unless configured.
-pub const DEFAULT_SAMPLE: u32 = 8;
+/// Peers outside this node's group probed per device and round, unless configured.
+pub const DEFAULT_SAMPLE: u32 = crate::schedule::selection::DEFAULT_SAMPLE as u32;
+/// Up to this many peers every one is probed, unless configured.
+pub const DEFAULT_MAX_PEERS: u32 = crate::schedule::selection::DEFAULT_MAX_PEERS as u32;
+/// How often the sampled peers change, unless configured.
+pub const DEFAULT_ROUND: Duration = crate::schedule::selection::DEFAULT_ROUND;
+/// Shortest round accepted: a sampled path is probed once per round, so the round must leave
+/// the scheduler room to spread the probes.
+pub const MIN_ROUND: Duration = Duration::from_secs(60);
+/// Longest round accepted.
+pub const MAX_ROUND: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_DUTY_CYCLE: f64 = crate::schedule::DEFAULT_DUTY_CYCLE;
 /// Below this a device would barely probe: surely a typo (`0.05%` for `5%`).
 pub const MIN_DUTY_CYCLE: f64 = 0.001;
@@ -64,7 +73,7 @@ pub struct Config {
     pub(super) defaults: ProbeConfig,
     pub(super) peers: Vec<Peer>,
     pub(super) discovery: Option<Discovery>,
-    pub(super) selection: Option<Selection>,
+    pub(super) selection: Selection,
     pub(super) schedule: Schedule,
     pub(super) limits: Limits,
 }
@@ -128,9 +137,10 @@ impl Config {
         self.discovery.as_ref()
     }
 
-    /// Peer selection (parsed and checked, not used yet).
-    pub fn selection(&self) -> Option<&Selection> {
-        self.selection.as_ref()
+    /// Which peers are probed each round (docs/scale.md); the defaults when the file has no
+    /// `selection`.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
     }
 
     /// How the local devices share their time (docs/schedule.md).
@@ -576,11 +586,39 @@ pub struct Discovery {
     pub forget_after: Duration,
 }
 
-/// Which peers are probed each round (parsed and checked; nothing uses it yet).
+/// Which peers are probed each round (docs/scale.md, "Selection").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
-    /// Peers with the same value of this label are always probed.
-    pub group_by: Option<String>,
-    /// How many of the other peers are probed per round, rotating.
+    /// Peers with the same value of this label as the node are probed every round.
+    pub group_by: String,
+    /// Up to this many peers, every one is probed (the full mesh); beyond, at most this many
+    /// same-group peers per device and round.
+    pub max_peers: u32,
+    /// Other-group peers per device and round (raised to the group's share).
     pub sample: u32,
+    /// How often the sample changes.
+    pub round: Duration,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            group_by: crate::schedule::selection::DEFAULT_GROUP_BY.to_owned(),
+            max_peers: DEFAULT_MAX_PEERS,
+            sample: DEFAULT_SAMPLE,
+            round: DEFAULT_ROUND,
+        }
+    }
+}
+
+impl Selection {
+    /// The selector's settings.
+    pub fn to_selection_config(&self) -> crate::schedule::SelectionConfig {
+        crate::schedule::SelectionConfig {
+            group_by: self.group_by.clone(),
+            max_peers: self.max_peers as usize,
+            sample: self.sample as usize,
+            round: self.round,
+        }
+    }
 }

@@ -85,14 +85,15 @@ impl Config {
             ByteSize(self.limits.max_pinned_bytes),
             ByteSize(self.limits.max_session_bytes)
         )?;
-        if let Some(s) = &self.selection {
-            writeln!(
-                out,
-                "selection (not used yet): group_by {} sample {}",
-                s.group_by.as_deref().unwrap_or("none"),
-                s.sample
-            )?;
-        }
+        let s = &self.selection;
+        writeln!(
+            out,
+            "selection: group_by {} max_peers {} sample {} round {}",
+            s.group_by,
+            s.max_peers,
+            s.sample,
+            duration(s.round)
+        )?;
         let skipped = self.peers.iter().filter(|p| p.skipped.is_some()).count();
         writeln!(
             out,

@@ -78,11 +78,16 @@ fn shipped_example_parses() {
     let discovery = c.discovery().unwrap();
     assert_eq!(discovery.forget_after, Duration::from_secs(3600));
     assert_eq!(discovery.dns[0].port(), 18516);
-    let selection = c.selection().unwrap();
+    let selection = c.selection();
     assert_eq!(
-        (selection.group_by.as_deref(), selection.sample),
-        (Some("rack"), 8)
+        (
+            selection.group_by.as_str(),
+            selection.sample,
+            selection.max_peers
+        ),
+        ("tor", 12, 32)
     );
+    assert_eq!(selection.round, Duration::from_secs(600));
 }
 
 #[test]
@@ -205,7 +210,8 @@ fn defaults_are_the_products() {
     assert_eq!(c.auth(), &Auth::None);
     assert_eq!(c.devices(), &Devices::AllActive);
     assert!(c.exclude_devices().is_empty() && c.labels().is_empty());
-    assert!(c.peers().is_empty() && c.discovery().is_none() && c.selection().is_none());
+    assert!(c.peers().is_empty() && c.discovery().is_none());
+    assert_eq!(c.selection(), &Selection::default());
     let d = c.defaults();
     assert_eq!(d.interval(), Duration::from_secs(60));
     assert_eq!(d.jitter(), 0.1);
@@ -353,13 +359,18 @@ peers:
 fn listen_and_selection() {
     let c = ok(&minimal(
         "listen: {metrics: '127.0.0.1:9100', control: '[::]:18000'}
-selection: {group_by: tor}
+selection: {group_by: rack, max_peers: 8, round: 30m}
 discovery: {files: [/etc/peers/*.yaml]}
 ",
     ));
     assert_eq!(c.listen().metrics.port(), 9100);
     assert!(c.listen().control.is_ipv6());
-    assert_eq!(c.selection().unwrap().sample, 8);
+    let s = c.selection();
+    assert_eq!(
+        (s.group_by.as_str(), s.max_peers, s.sample),
+        ("rack", 8, 12)
+    );
+    assert_eq!(s.round, Duration::from_secs(1800));
     let d = c.discovery().unwrap();
     assert!(d.dns.is_empty());
     assert_eq!(d.files, ["/etc/peers/*.yaml"]);
@@ -549,6 +560,12 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
          "selection.group_by", "label name"),
         (format!("{n}selection: {{sample: many}}\n"), Kind::Value, 3, 21, "selection.sample",
          "whole number"),
+        (format!("{n}selection: {{max_peers: 0}}\n"), Kind::Value, 3, 24, "selection.max_peers",
+         "out of range"),
+        (format!("{n}selection: {{round: 10s}}\n"), Kind::Value, 3, 20, "selection.round",
+         "from 1m to 24h"),
+        (format!("{n}selection: {{group_by: peer}}\n"), Kind::Value, 3, 23, "selection.group_by",
+         "sets itself"),
         // Interpolation: the position of the `$` itself when the value is written as is.
         ("node: ${UNSET}\nauth: none\n".into(), Kind::Env, 1, 7, "node", "UNSET is not set"),
         ("node: x-${UNSET}\nauth: none\n".into(), Kind::Env, 1, 9, "node", "${UNSET:-default}"),

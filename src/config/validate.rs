@@ -85,7 +85,9 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("a list of file paths or globs, e.g. [/etc/rdma-probe/peers/*.yaml]")
         }
         ("discovery", "forget_after") => s("a duration greater than zero, e.g. 1h"),
-        ("", "selection") => s("a mapping {group_by: LABEL, sample: N}"),
+        ("", "selection") => {
+            s("a mapping {group_by: LABEL, max_peers: N, sample: N, round: DURATION}")
+        }
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
         ("", "limits") => s(
             "a mapping {max_sessions: N, max_pinned: SIZE, max_session_memory: SIZE}",
@@ -105,7 +107,11 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("a percentage of wall time each local device may spend bursting, from 0.1% to 100%, e.g. 5%")
         }
         ("selection", "group_by") => s("a label name, e.g. tor"),
-        ("selection", "sample") => s("a whole number of peers, e.g. 8"),
+        ("selection", "sample") => {
+            s("a whole number of other-group peers per device and round, from 0 to 100000, e.g. 12")
+        }
+        ("selection", "max_peers") => s("a whole number of peers from 1 to 100000, e.g. 32"),
+        ("selection", "round") => s("a duration from 1m to 24h, e.g. 10m"),
         ("burst", "duration") => s("a duration greater than zero and at most 1h, e.g. 500ms"),
         ("burst", "bytes") => Some(format!("{BYTE_SIZE_FORMS}; at least 1 byte")),
         ("burst", "messages") => s("a whole number of messages greater than zero, e.g. 4096"),
@@ -437,11 +443,10 @@ impl Ctx<'_> {
             .as_ref()
             .map(|d| self.discovery(d))
             .transpose()?;
-        let selection = raw
-            .selection
-            .as_ref()
-            .map(|s| self.selection(s))
-            .transpose()?;
+        let selection = match raw.selection.as_ref() {
+            Some(s) => self.selection(s)?,
+            None => Selection::default(),
+        };
         let schedule = self.schedule(raw.schedule.as_ref())?;
         let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
@@ -800,20 +805,31 @@ impl Ctx<'_> {
         raw: &Spanned<super::file::RawSelection>,
     ) -> Result<Selection, ConfigError> {
         let s = &raw.value;
-        let group_by = match &s.group_by {
-            Some(g) => {
-                let name = self.text(g, "selection.group_by")?;
-                check_label_name(&name)
-                    .map_err(|e| self.refused(self.pos(g), "selection.group_by", e))?;
-                Some(name)
+        let mut selection = Selection::default();
+        if let Some(g) = &s.group_by {
+            let name = self.text(g, "selection.group_by")?;
+            check_label_name(&name)
+                .map_err(|e| self.refused(self.pos(g), "selection.group_by", e))?;
+            selection.group_by = name;
+        }
+        if let Some(n) = &s.max_peers {
+            selection.max_peers = self.number(n, "selection.max_peers", 1, MAX_SELECTION_PEERS)?;
+        }
+        if let Some(n) = &s.sample {
+            selection.sample = self.number(n, "selection.sample", 0, MAX_SELECTION_PEERS)?;
+        }
+        if let Some(r) = &s.round {
+            let round = self.duration(r, "selection.round")?;
+            if !(MIN_ROUND..=MAX_ROUND).contains(&round) {
+                return Err(self.invalid(
+                    self.pos(r),
+                    "selection.round",
+                    format!("{} is out of range", humantime::format_duration(round)),
+                ));
             }
-            None => None,
-        };
-        let sample = match &s.sample {
-            Some(n) => self.number(n, "selection.sample", 0, u64::from(u32::MAX))?,
-            None => DEFAULT_SAMPLE,
-        };
-        Ok(Selection { group_by, sample })
+            selection.round = round;
+        }
+        Ok(selection)
     }
 
     /// `base` overridden by the fields set at `level`, checked as a whole (the burst plan is
@@ -1117,6 +1133,9 @@ struct Level<'a> {
     raw: RawProbe<'a>,
     is_peer: bool,
 }
+
+/// Most peers `selection.max_peers` and `selection.sample` accept: beyond, a typo.
+const MAX_SELECTION_PEERS: u64 = 100_000;
 
 /// Prometheus label name rules, minus the names the exporter sets itself.
 pub(crate) fn check_label_name(name: &str) -> Result<(), String> {

@@ -223,10 +223,12 @@ pub async fn run(
 }
 
 /// Refuses to start when RLIMIT_MEMLOCK cannot hold what the config's sessions may pin: the
-/// sessions served (within `limits`) and one warm session per probed path.
+/// sessions served (within `limits`) and one warm session per path of a selection round (every
+/// round selects as many).
 fn check_memlock(config: &Config, devices: &[Device], auth: &AuthMode) -> Result<(), MemlockError> {
     let limits = config.limits();
-    let regions = paths::path_specs(config, devices, auth, limits)
+    let selected = paths::selector(config, devices).select(0);
+    let regions = paths::path_specs(config, devices, auth, limits, &selected)
         .into_values()
         .map(|spec| crate::prober::session_region_bytes(&spec.settings));
     let need = Need::serving(limits.max_sessions, limits.max_pinned_bytes).probing(regions);

@@ -1,8 +1,9 @@
 //! From a loaded config to the set of probed paths: pure, tested without RDMA.
 //!
-//! A path is (local device, peer, rail). Every local device probes every active peer (the node
-//! itself is skipped by the config) and asks the peer for its device on the same rail
-//! (docs/schedule.md, "Paths").
+//! A path is (local device, peer, rail). The active peers (the node itself is skipped by the
+//! config) are the selection's candidates; each round the selection picks the paths (every one
+//! in a small cluster) and each local device asks the peer for its device on the same rail
+//! (docs/schedule.md, "What is scheduled"; docs/scale.md, "Selection").
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use crate::burst::BurstLength;
 use crate::config::{Config, Device, HostPort, Limits, Peer, PeerMode, ProbeConfig};
 use crate::control::AuthMode;
 use crate::prober::{BurstRequest, ProbeSettings};
-use crate::schedule::{rail_matched, LocalDevice, PathKey, PathPlan};
+use crate::schedule::{
+    Candidate, LocalDevice, PathKey, PathPlan, Role, Selected, Selector, Source,
+};
 
 /// Expected burst time of a path whose length is not a duration and whose rate needs the link
 /// rate (a percentage, or unpaced): a first guess the scheduler corrects with the measured burst
@@ -23,6 +26,8 @@ const UNKNOWN_BURST_GUESS: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct PathSpec {
     pub key: PathKey,
+    /// Why the path is in this round's selection.
+    pub role: Role,
     pub address: HostPort,
     /// What answers at the address: our responder (warm sessions) or a stock `ib_write_bw`
     /// server (a fresh session per probe; docs/perftest.md).
@@ -65,23 +70,44 @@ impl PathSpec {
     }
 }
 
-/// The paths of `config` from the local `devices`: one per (device, active peer), matched by
-/// rail, keyed for the scheduler. Their sessions ask for at most `limits.max_session_bytes`.
+/// The config's active peers, as the selection's candidates.
+pub fn candidates(config: &Config) -> Vec<Candidate> {
+    config
+        .active_peers()
+        .map(|p| Candidate::new(p.name(), p.labels().clone(), Source::Config))
+        .collect()
+}
+
+/// The selection of `config` from the local `devices`.
+pub fn selector(config: &Config, devices: &[Device]) -> Selector {
+    let local: Vec<LocalDevice> = devices
+        .iter()
+        .map(|d| LocalDevice::new(d.name.clone(), d.rail))
+        .collect();
+    Selector::new(
+        config.node(),
+        config.labels(),
+        &local,
+        &candidates(config),
+        &config.selection().to_selection_config(),
+    )
+}
+
+/// The specs of the `selected` paths (each local device asks the peer for its device on the
+/// device's rail), keyed for the scheduler. A path whose peer or device is not in the config is
+/// left out. Their sessions ask for at most `limits.max_session_bytes`.
 pub fn path_specs(
     config: &Config,
     devices: &[Device],
     auth: &AuthMode,
     limits: &Limits,
+    selected: &[Selected],
 ) -> BTreeMap<PathKey, PathSpec> {
-    let local: Vec<LocalDevice> = devices
-        .iter()
-        .map(|d| LocalDevice::new(d.name.clone(), d.rail))
-        .collect();
     let peers: BTreeMap<&str, &Peer> = config.active_peers().map(|p| (p.name(), p)).collect();
-    let order = config.active_peers().map(Peer::name);
-    rail_matched(&local, order)
-        .into_iter()
-        .filter_map(|key| {
+    selected
+        .iter()
+        .filter_map(|s| {
+            let key = &s.key;
             let peer = peers.get(key.peer.as_str())?;
             let device = devices.iter().find(|d| d.name == key.device)?;
             let mut settings = peer.probe().prober_settings(
@@ -94,12 +120,13 @@ pub fn path_specs(
             settings.max_session_bytes = limits.max_session_bytes;
             let spec = PathSpec {
                 key: key.clone(),
+                role: s.role,
                 address: peer.address().clone(),
                 mode: peer.mode(),
                 probe: peer.probe().clone(),
                 settings,
             };
-            Some((key, spec))
+            Some((key.clone(), spec))
         })
         .collect()
 }
@@ -144,6 +171,19 @@ mod tests {
         }
     }
 
+    /// The specs of the paths `config` selects in round 0.
+    fn specs(config: &Config) -> BTreeMap<PathKey, PathSpec> {
+        let devices = devices(config);
+        let selected = selector(config, &devices).select(0);
+        path_specs(
+            config,
+            &devices,
+            &AuthMode::None,
+            config.limits(),
+            &selected,
+        )
+    }
+
     const TWO_RAILS: &str = "
 node: ${NODE_NAME}
 auth: none
@@ -164,11 +204,12 @@ peers:
     #[test]
     fn every_device_probes_every_other_peer_on_its_rail() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
+        let specs = specs(&config);
         let keys: Vec<String> = specs.keys().map(|k| k.to_string()).collect();
         assert_eq!(specs.len(), 4, "{keys:?}");
         for (key, spec) in &specs {
             assert_ne!(key.peer, "node1", "the node itself is skipped");
+            assert_eq!(spec.role, Role::FullMesh, "a small cluster is a full mesh");
             assert_eq!(spec.settings.rail, key.rail);
             assert_eq!(spec.settings.local.device.as_deref(), Some(&*key.device));
             assert_eq!(spec.settings.node_name, "node1");
@@ -181,7 +222,7 @@ peers:
     #[test]
     fn expected_burst_follows_length_and_rate() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
+        let specs = specs(&config);
         let node2 = &specs[&PathKey::new("mlx5_0", "node2", Some(0))];
         assert_eq!(
             node2.schedule_plan().expected_burst,
@@ -200,7 +241,7 @@ peers:
     #[test]
     fn every_nth_regular_burst_is_unpaced() {
         let config = config(TWO_RAILS);
-        let specs = path_specs(&config, &devices(&config), &AuthMode::None, config.limits());
+        let specs = specs(&config);
         let spec = &specs[&PathKey::new("mlx5_0", "node2", Some(0))];
         let paced: Vec<bool> = (1..=7)
             .map(|n| spec.burst_request(n).rate_limit.is_some())
@@ -220,8 +261,8 @@ peers:
         );
         let before = config(TWO_RAILS);
         let after = config(&text);
-        let old = path_specs(&before, &devices(&before), &AuthMode::None, before.limits());
-        let new = path_specs(&after, &devices(&after), &AuthMode::None, after.limits());
+        let old = specs(&before);
+        let new = specs(&after);
         let node2 = PathKey::new("mlx5_1", "node2", Some(1));
         let node3 = PathKey::new("mlx5_1", "node3", Some(1));
         assert_eq!(new[&node2].mode, PeerMode::Perftest);
@@ -234,11 +275,62 @@ peers:
     fn a_session_survives_a_reload_only_when_its_shape_is_unchanged() {
         let before = config(TWO_RAILS);
         let after = config(&TWO_RAILS.replace("rate_limit: 5Gbps", "rate_limit: 4Gbps"));
-        let old = path_specs(&before, &devices(&before), &AuthMode::None, before.limits());
-        let new = path_specs(&after, &devices(&after), &AuthMode::None, after.limits());
+        let old = specs(&before);
+        let new = specs(&after);
         let node2 = PathKey::new("mlx5_0", "node2", Some(0));
         let node3 = PathKey::new("mlx5_0", "node3", Some(0));
         assert!(old[&node2].same_session(&new[&node2]));
         assert!(!old[&node3].same_session(&new[&node3]));
+    }
+
+    #[test]
+    fn a_large_config_probes_its_tor_and_a_sample_of_the_others() {
+        let mut text = String::from(
+            "node: ${NODE_NAME}\nlabels: {tor: t1}\nauth: none\n\
+             devices: [{name: mlx5_0, port: 1, rail: 0}, {name: mlx5_1, port: 1, rail: 1}]\n\
+             selection: {max_peers: 8, sample: 2}\npeers:\n",
+        );
+        for i in 0..40 {
+            let tor = if i < 6 {
+                "t1"
+            } else {
+                ["t2", "t3", "t4"][i % 3]
+            };
+            text.push_str(&format!(
+                "  - {{name: node{i}, address: 10.0.0.{i}, labels: {{tor: {tor}}}}}\n"
+            ));
+        }
+        let config = config(&text);
+        let devices = devices(&config);
+        let selector = selector(&config, &devices);
+        assert!(!selector.is_full_mesh());
+        let selected = selector.select(7);
+        let specs = path_specs(
+            &config,
+            &devices,
+            &AuthMode::None,
+            config.limits(),
+            &selected,
+        );
+        assert_eq!(specs.len(), selected.len());
+        let same: Vec<&PathSpec> = specs
+            .values()
+            .filter(|s| s.role == Role::SameGroup)
+            .collect();
+        // node0..node5 share t1 with node1 itself: 5 peers on each of 2 devices.
+        assert_eq!(same.len(), 10);
+        let sampled: Vec<&PathSpec> = specs.values().filter(|s| s.role == Role::Sampled).collect();
+        assert!(!sampled.is_empty());
+        for s in sampled {
+            assert_ne!(
+                config
+                    .peers()
+                    .iter()
+                    .find(|p| p.name() == s.key.peer)
+                    .unwrap()
+                    .labels()["tor"],
+                "t1"
+            );
+        }
     }
 }

@@ -12,17 +12,23 @@ use tokio::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::device::{DeviceCommand, ProbeFinished};
-use super::paths::{path_specs, PathSpec};
+use super::paths::{path_specs, selector, PathSpec};
 use crate::config::{Config, Device, Limits};
 use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
-use crate::schedule::{Attempt, Dispatch, Outcome, PathKey, ScheduleConfig, Scheduler};
+use crate::schedule::{
+    fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Role, Rotation, ScheduleConfig,
+    Scheduler, Selected, Selector,
+};
 
 /// The `peer_device` label of a path whose peer has not answered yet (down since this exporter
 /// started): replaced by the peer's device at its first answer.
 pub const UNKNOWN_PEER_DEVICE: &str = "unknown";
+
+/// How soon the service looks at the wall clock again when a round timer fired early.
+const ROUND_RECHECK: Duration = Duration::from_millis(100);
 
 /// A reload asked over HTTP or by a signal; the answer says whether the new file was taken.
 #[derive(Debug)]
@@ -41,6 +47,12 @@ pub struct Service {
     /// cannot change them.
     limits: Limits,
     scheduler: Scheduler,
+    /// Which paths each round (docs/scale.md, "Selection"), and the sampled paths still waiting
+    /// for their probe.
+    selector: Selector,
+    rotation: Rotation,
+    /// The round the current selection is of (the wall clock's, shared by every node).
+    round: u64,
     specs: BTreeMap<PathKey, PathSpec>,
     /// Regular (not busy-retry) probes dispatched per path: every `unpaced_every`-th is unpaced.
     regular_probes: BTreeMap<PathKey, u64>,
@@ -68,6 +80,7 @@ pub struct ServiceParts {
 impl Service {
     /// Takes the initial config: paths, info metrics, `config_reload_success` 1.
     pub async fn start(parts: ServiceParts) -> Service {
+        let selector = selector(&parts.config, &parts.devices);
         let mut service = Service {
             config_path: parts.config_path,
             config: parts.config.clone(),
@@ -75,6 +88,9 @@ impl Service {
             auth: parts.auth,
             limits: *parts.config.limits(),
             scheduler: parts.scheduler,
+            selector,
+            rotation: Rotation::new(),
+            round: 0,
             specs: BTreeMap::new(),
             regular_probes: BTreeMap::new(),
             peer_devices: BTreeMap::new(),
@@ -112,6 +128,13 @@ impl Service {
                     None => std::future::pending().await,
                 }
             };
+            let next_round = self.next_round_at();
+            let round_ends = async move {
+                match next_round {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -122,8 +145,32 @@ impl Service {
                         let _ = reply.send(result);
                     }
                 }
+                () = round_ends => self.next_round().await,
                 () = sleep => {}
             }
+        }
+    }
+
+    /// When the next round starts (by the wall clock), for a rotating selection; `None` for a
+    /// full mesh, whose selection never changes.
+    fn next_round_at(&self) -> Option<Instant> {
+        if self.selector.is_full_mesh() {
+            return None;
+        }
+        let start = self.selector.round_start(self.round.saturating_add(1));
+        let until = start.saturating_sub(unix_time(SystemTime::now()));
+        // Tokio's clock and the wall clock may disagree by a little: look again shortly rather
+        // than spin until the wall clock reaches the round.
+        Some(Instant::now() + until.max(ROUND_RECHECK))
+    }
+
+    /// A new round: the next sampled paths replace those that were probed.
+    async fn next_round(&mut self) {
+        if self.selector.round_at(unix_time(SystemTime::now())) == self.round {
+            return;
+        }
+        if let Err(e) = self.select_paths().await {
+            tracing::error!(error = %e, "the new round's paths cannot be scheduled: keeping the previous ones");
         }
     }
 
@@ -187,6 +234,9 @@ impl Service {
         };
         let now = self.now();
         self.scheduler.completed(&key, result, now);
+        if result.kind != OutcomeKind::Busy {
+            self.rotation.probed(&key);
+        }
         if !self.specs.contains_key(&key) {
             return; // removed by a reload while its burst ran: its series are gone
         }
@@ -266,13 +316,64 @@ impl Service {
                 .set_config(schedule)
                 .map_err(|e| e.to_string())?;
         }
-        let specs = path_specs(&config, &self.devices, &self.auth, &self.limits);
-        let plans = specs.values().map(PathSpec::schedule_plan).collect();
+        let selector = selector(&config, &self.devices);
+        let old = std::mem::replace(&mut self.config, config);
+        let old_selector = std::mem::replace(&mut self.selector, selector);
+        if let Err(e) = self.select_paths().await {
+            self.config = old;
+            self.selector = old_selector;
+            return Err(e);
+        }
+        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
+        Ok(())
+    }
+
+    /// Schedules the selection of the current round (the config's paths, for a full mesh) and
+    /// tells the device workers and the recorder. On error nothing changes.
+    async fn select_paths(&mut self) -> Result<(), String> {
+        let round = self.selector.round_at(unix_time(SystemTime::now()));
+        let mut selected = self.selector.fixed_paths(round);
+        let mut rotation = self.rotation.clone();
+        let wanted = self.selector.sampled_paths(round);
+        rotation.advance(round, wanted.into_iter().map(|s| s.key).collect());
+        selected.extend(rotation.sampled().map(|key| Selected {
+            key: key.clone(),
+            role: Role::Sampled,
+        }));
+        let specs = path_specs(
+            &self.config,
+            &self.devices,
+            &self.auth,
+            &self.limits,
+            &selected,
+        );
+        let selected: Vec<_> = selected
+            .into_iter()
+            .filter(|s| specs.contains_key(&s.key))
+            .collect();
+        let plans = fit_plans(
+            &selected,
+            |key| specs[key].schedule_plan(),
+            self.scheduler.config().duty_cycle,
+            self.selector.config().round,
+            self.selector.coverage().sampled_per_device,
+        );
         self.scheduler
             .set_paths(plans, self.now())
             .map_err(|e| e.to_string())?;
+        self.rotation = rotation;
+        if round != self.round && !self.selector.is_full_mesh() {
+            let coverage = self.selector.coverage();
+            tracing::debug!(
+                round,
+                paths = specs.len(),
+                waiting = self.rotation.waiting(),
+                groups = coverage.groups,
+                "new selection round"
+            );
+        }
+        self.round = round;
         self.specs = specs;
-        self.config = config;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
         self.peer_devices.retain(|k, _| self.specs.contains_key(k));
@@ -287,7 +388,6 @@ impl Service {
             let _ = worker.send(DeviceCommand::Retain(mine)).await;
         }
         self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
-        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;
@@ -378,6 +478,10 @@ fn info_labels(config: &Config) -> InfoLabels {
         })
         .collect();
     InfoLabels { node, peers }
+}
+
+fn unix_time(at: SystemTime) -> Duration {
+    at.duration_since(UNIX_EPOCH).unwrap_or_default()
 }
 
 fn unix_seconds(at: SystemTime) -> f64 {

@@ -4,6 +4,7 @@
 //! Handles ([`ResponderMetrics`]) are cheap clones of atomic counters, so the parts that count
 //! never wait on a scrape. Series are created on first use, never pre-created per reason.
 
+pub mod budget;
 pub mod port;
 pub mod probe;
 pub mod process;

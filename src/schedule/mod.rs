@@ -41,6 +41,7 @@ mod path;
 mod rng;
 mod scheduler;
 pub mod select;
+pub mod selection;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]
@@ -48,7 +49,7 @@ mod tests;
 
 pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
-    MAX_INTERVAL,
+    ScheduleKey, MAX_INTERVAL,
 };
 pub use rng::seed_from_name;
 pub use scheduler::{
@@ -56,3 +57,7 @@ pub use scheduler::{
     DEFAULT_BUSY_BACKOFF_MAX, DEFAULT_CREDIT_WINDOW, DEFAULT_DUTY_CYCLE, DEFAULT_MEASURE_WINDOW,
 };
 pub use select::{rail_matched, LocalDevice};
+pub use selection::{
+    fit_plans, Candidate, Coverage, Layout, Role, Rotation, RoundChange, Selected, SelectionConfig,
+    Selector, Source,
+};

@@ -44,10 +44,27 @@ impl fmt::Display for PathKey {
     }
 }
 
+/// What the scheduler needs of a path's key: a total order (ties between equal due times go
+/// to the smaller key, so a schedule is reproducible) and the local device the path bursts on.
+/// [`PathKey`] is the exporter's; the cluster simulation uses small numbers instead of names,
+/// with the same scheduling code.
+pub trait ScheduleKey: Clone + Ord + fmt::Debug + fmt::Display {
+    /// The local device: one burst at a time per device, and one budget each.
+    type Device: Clone + Ord + fmt::Debug;
+    fn device(&self) -> &Self::Device;
+}
+
+impl ScheduleKey for PathKey {
+    type Device = String;
+    fn device(&self) -> &String {
+        &self.device
+    }
+}
+
 /// How often a path wants to be probed, and what a burst on it is expected to cost.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PathPlan {
-    pub key: PathKey,
+pub struct PathPlan<K = PathKey> {
+    pub key: K,
     /// Wanted time between the starts of two probes (before any budget stretch).
     pub interval: Duration,
     /// Each gap is `interval × (1 ± jitter)`, uniformly; `0 ≤ jitter < 1`.
@@ -57,10 +74,10 @@ pub struct PathPlan {
     pub expected_burst: Duration,
 }
 
-impl PathPlan {
+impl<K: ScheduleKey> PathPlan<K> {
     /// A plan with no jitter and no expected cost; see [`PathPlan::with_jitter`] and
     /// [`PathPlan::with_expected_burst`].
-    pub fn new(key: PathKey, interval: Duration) -> Self {
+    pub fn new(key: K, interval: Duration) -> Self {
         PathPlan {
             key,
             interval,
@@ -79,7 +96,7 @@ impl PathPlan {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), ScheduleError> {
+    pub(crate) fn validate(&self) -> Result<(), ScheduleError<K>> {
         if self.interval.is_zero() || self.interval > MAX_INTERVAL {
             return Err(ScheduleError::Interval {
                 key: self.key.clone(),
@@ -158,8 +175,8 @@ pub enum Attempt {
 /// A burst to run now: the caller probes `key` and reports back with
 /// [`Scheduler::completed`](super::Scheduler::completed).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dispatch {
-    pub key: PathKey,
+pub struct Dispatch<K = PathKey> {
+    pub key: K,
     pub attempt: Attempt,
     /// When the path became due (the dispatch may be later: device busy, budget).
     pub due: Duration,
@@ -190,7 +207,7 @@ pub struct PathStats {
 
 /// Invalid scheduler configuration or path set; nothing is changed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ScheduleError {
+pub enum ScheduleError<K: fmt::Display = PathKey> {
     #[error("duty cycle {0} is out of range: must be above 0 and at most 1")]
     DutyCycle(f64),
     #[error("{name} must be above zero (got {value:?})")]
@@ -198,14 +215,11 @@ pub enum ScheduleError {
     #[error("busy backoff cap {max:?} is below the initial backoff {initial:?}")]
     Backoff { initial: Duration, max: Duration },
     #[error("path {key}: interval {interval:?} is out of range: must be above zero and at most {MAX_INTERVAL:?}")]
-    Interval { key: PathKey, interval: Duration },
+    Interval { key: K, interval: Duration },
     #[error("path {key}: jitter {jitter} is out of range: must be at least 0 and below 1")]
-    Jitter { key: PathKey, jitter: f64 },
+    Jitter { key: K, jitter: f64 },
     #[error("path {key}: expected burst {expected_burst:?} is longer than {MAX_INTERVAL:?}")]
-    ExpectedBurst {
-        key: PathKey,
-        expected_burst: Duration,
-    },
+    ExpectedBurst { key: K, expected_burst: Duration },
     #[error("path {0} is listed twice")]
-    Duplicate(PathKey),
+    Duplicate(K),
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::budget::{secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
 use super::path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
+    ScheduleKey,
 };
 use super::rng::SplitMix64;
 
@@ -60,7 +61,7 @@ impl ScheduleConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), ScheduleError> {
+    fn validate<K: ScheduleKey>(&self) -> Result<(), ScheduleError<K>> {
         if !(self.duty_cycle > 0.0 && self.duty_cycle <= 1.0) {
             return Err(ScheduleError::DutyCycle(self.duty_cycle));
         }
@@ -143,8 +144,8 @@ struct Running {
 }
 
 #[derive(Debug, Clone)]
-struct PathState {
-    plan: PathPlan,
+struct PathState<K> {
+    plan: PathPlan<K>,
     next_due: Duration,
     /// While retrying after `busy`: the regular slot where retries give up.
     retry_until: Option<Duration>,
@@ -157,8 +158,8 @@ struct PathState {
     stats: PathStats,
 }
 
-impl PathState {
-    fn new(plan: PathPlan, backoff: Duration) -> Self {
+impl<K> PathState<K> {
+    fn new(plan: PathPlan<K>, backoff: Duration) -> Self {
         PathState {
             cost: plan.expected_burst.as_secs_f64(),
             plan,
@@ -178,10 +179,16 @@ impl PathState {
 }
 
 #[derive(Debug, Clone)]
-struct DeviceState {
-    paths: BTreeMap<PathKey, PathState>,
+struct DeviceState<K> {
+    paths: BTreeMap<K, PathState<K>>,
+    /// `(next_due, key)` of every path without a running burst: the next path is the first.
+    /// Kept in step with `paths` by every change of a due time or a running burst, so that a
+    /// poll costs a lookup, not a scan (a simulated cluster polls ten thousand schedulers).
+    idle: BTreeSet<(Duration, K)>,
+    /// Σ cost / interval over `paths` (see [`DeviceState::demand`]).
+    demand: f64,
     /// The running burst, possibly of a path that has since left the set.
-    running: Option<PathKey>,
+    running: Option<K>,
     /// When the device last became idle (start, or the last completion).
     idle_since: Duration,
     gate: Gate,
@@ -192,10 +199,12 @@ struct DeviceState {
     deferred_busy: u64,
 }
 
-impl DeviceState {
+impl<K: ScheduleKey> DeviceState<K> {
     fn new(now: Duration, config: &ScheduleConfig) -> Self {
         DeviceState {
             paths: BTreeMap::new(),
+            idle: BTreeSet::new(),
+            demand: 0.0,
             running: None,
             idle_since: now,
             gate: Gate::new(now, config.credit_window),
@@ -207,20 +216,42 @@ impl DeviceState {
         }
     }
 
+    /// Share of wall time the paths want: Σ cost / interval. Updated as costs change, and
+    /// summed afresh whenever the path set changes.
     fn demand(&self) -> f64 {
-        self.paths
+        self.demand
+    }
+
+    fn sum_demand(&mut self) {
+        self.demand = self
+            .paths
             .values()
             .map(|p| p.cost / p.plan.interval.as_secs_f64())
-            .sum()
+            .sum();
+    }
+
+    /// Rebuilds the index of idle paths (after the path set changed).
+    fn index_idle(&mut self) {
+        self.idle = self
+            .paths
+            .iter()
+            .filter(|(_, p)| p.running.is_none())
+            .map(|(k, p)| (p.next_due, k.clone()))
+            .collect();
     }
 
     /// The path that goes next: the most overdue idle one (ties: key order).
-    fn next_path(&self) -> Option<(&PathKey, Duration)> {
-        self.paths
-            .iter()
-            .filter(|(_, p)| p.running.is_none())
-            .min_by_key(|(_, p)| p.next_due)
-            .map(|(k, p)| (k, p.next_due))
+    fn next_path(&self) -> Option<(&K, Duration)> {
+        self.idle.first().map(|(due, k)| (k, *due))
+    }
+
+    /// The earliest time this device may start its next burst, [`NEVER`] while one runs.
+    fn ready_at(&self) -> Duration {
+        if self.running.is_some() {
+            return NEVER;
+        }
+        self.next_path()
+            .map_or(NEVER, |(_, due)| due.max(self.gate.open_at()))
     }
 }
 
@@ -233,21 +264,30 @@ impl DeviceState {
 /// 3. sleep until [`wait_until`](Scheduler::wait_until) or a completion, whichever is first;
 /// 4. on a config reload or a change of the selected peers, [`set_paths`](Scheduler::set_paths).
 #[derive(Debug, Clone)]
-pub struct Scheduler {
+pub struct Scheduler<K: ScheduleKey = PathKey> {
     config: ScheduleConfig,
     rng: SplitMix64,
-    devices: BTreeMap<String, DeviceState>,
+    devices: BTreeMap<K::Device, DeviceState<K>>,
+    /// Per device, in name order: the earliest time it may start a burst (its next path's due
+    /// time or its gate, whichever is later; [`NEVER`] while a burst runs or without paths).
+    /// A compact copy of what each device says, so that a poll touches only the devices that
+    /// can start now.
+    ready: Vec<(K::Device, Duration)>,
 }
 
-impl Scheduler {
+/// A device that cannot start a burst until something changes.
+const NEVER: Duration = Duration::MAX;
+
+impl<K: ScheduleKey> Scheduler<K> {
     /// A scheduler with no paths. `node_seed` (see [`seed_from_name`](super::seed_from_name))
     /// drives phases and jitter, so each node spreads its bursts differently and reproducibly.
-    pub fn new(node_seed: u64, config: ScheduleConfig) -> Result<Self, ScheduleError> {
+    pub fn new(node_seed: u64, config: ScheduleConfig) -> Result<Self, ScheduleError<K>> {
         config.validate()?;
         Ok(Scheduler {
             config,
             rng: SplitMix64::new(node_seed),
             devices: BTreeMap::new(),
+            ready: Vec::new(),
         })
     }
 
@@ -258,7 +298,7 @@ impl Scheduler {
     /// Applies new settings (a config reload) without losing any state. A new duty cycle
     /// applies to the stretch at once and to the gate from the next burst; a new backoff from
     /// the next `busy` answer. On error nothing changes.
-    pub fn set_config(&mut self, config: ScheduleConfig) -> Result<(), ScheduleError> {
+    pub fn set_config(&mut self, config: ScheduleConfig) -> Result<(), ScheduleError<K>> {
         config.validate()?;
         for dev in self.devices.values_mut() {
             dev.window.set_window(config.measure_window);
@@ -273,61 +313,86 @@ impl Scheduler {
     /// within the new interval, so a reload does not line paths up). New paths get a random
     /// phase within their first (stretched) interval. A removed path's running burst keeps its
     /// device busy until it is reported. On error nothing changes.
-    pub fn set_paths(&mut self, plans: Vec<PathPlan>, now: Duration) -> Result<(), ScheduleError> {
-        let mut seen = BTreeSet::new();
-        for plan in &plans {
-            plan.validate()?;
-            if !seen.insert(&plan.key) {
-                return Err(ScheduleError::Duplicate(plan.key.clone()));
+    pub fn set_paths(
+        &mut self,
+        plans: Vec<PathPlan<K>>,
+        now: Duration,
+    ) -> Result<(), ScheduleError<K>> {
+        validate_plans(&plans)?;
+        let wanted: BTreeSet<&K> = plans.iter().map(|p| &p.key).collect();
+        let removed: Vec<K> = self
+            .paths()
+            .filter(|k| !wanted.contains(k))
+            .cloned()
+            .collect();
+        self.apply_paths(&removed, plans, now);
+        Ok(())
+    }
+
+    /// Changes part of the path set: removes the paths `remove` (keys not in the set are
+    /// ignored), then adds or changes the paths of `upsert`, as [`set_paths`](Self::set_paths)
+    /// would with the whole resulting set. For a selection that replaces a few paths each
+    /// round, without touching the others. On error nothing changes.
+    pub fn update_paths(
+        &mut self,
+        remove: &[K],
+        upsert: Vec<PathPlan<K>>,
+        now: Duration,
+    ) -> Result<(), ScheduleError<K>> {
+        validate_plans(&upsert)?;
+        self.apply_paths(remove, upsert, now);
+        Ok(())
+    }
+
+    /// Removes `remove`, then adds or changes `upsert` (already validated), device by device
+    /// in name order (the order of the phase draws).
+    fn apply_paths(&mut self, remove: &[K], upsert: Vec<PathPlan<K>>, now: Duration) {
+        let mut touched: BTreeSet<K::Device> = BTreeSet::new();
+        for key in remove {
+            let Some(dev) = self.devices.get_mut(key.device()) else {
+                continue;
+            };
+            if let Some(p) = dev.paths.remove(key) {
+                dev.idle.remove(&(p.next_due, key.clone()));
+                touched.insert(key.device().clone());
             }
         }
-        drop(seen);
-
-        let mut by_device: BTreeMap<String, Vec<PathPlan>> = BTreeMap::new();
-        for plan in plans {
+        let mut by_device: BTreeMap<K::Device, Vec<PathPlan<K>>> = BTreeMap::new();
+        for plan in upsert {
             by_device
-                .entry(plan.key.device.clone())
+                .entry(plan.key.device().clone())
                 .or_default()
                 .push(plan);
         }
-        // Devices that lost all their paths go, unless a burst is still running there.
-        self.devices.retain(|name, dev| {
-            if by_device.contains_key(name) {
-                return true;
-            }
-            dev.paths.clear();
-            dev.running.is_some()
-        });
-
         for (name, plans) in by_device {
             let config = &self.config;
             let dev = self
                 .devices
-                .entry(name)
+                .entry(name.clone())
                 .or_insert_with(|| DeviceState::new(now, config));
-            let mut old = std::mem::take(&mut dev.paths);
+            touched.remove(&name);
             // (key, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
             for plan in plans {
                 let key = plan.key.clone();
-                let state = match old.remove(&key) {
-                    Some(mut s) => {
+                match dev.paths.get_mut(&key) {
+                    Some(s) => {
                         if plan.interval < s.plan.interval {
-                            to_phase.push((key.clone(), true));
+                            to_phase.push((key, true));
                         }
                         if plan.expected_burst != s.plan.expected_burst {
                             s.cost = plan.expected_burst.as_secs_f64();
                         }
                         s.plan = plan;
-                        s
                     }
                     None => {
                         to_phase.push((key.clone(), false));
-                        PathState::new(plan, config.busy_backoff)
+                        dev.paths
+                            .insert(key, PathState::new(plan, config.busy_backoff));
                     }
-                };
-                dev.paths.insert(key, state);
+                }
             }
+            dev.sum_demand();
             let factor = stretch(dev.demand(), self.config.duty_cycle);
             for (key, pulled_in) in to_phase {
                 let Some(p) = dev.paths.get_mut(&key) else {
@@ -337,66 +402,114 @@ impl Scheduler {
                 let due = now.saturating_add(phase);
                 p.next_due = if pulled_in { p.next_due.min(due) } else { due };
             }
+            dev.index_idle();
         }
-        Ok(())
+        // Devices that only lost paths: their demand, and whether they go (no path left and no
+        // burst running).
+        for name in touched {
+            if let Some(dev) = self.devices.get_mut(&name) {
+                dev.sum_demand();
+                if dev.paths.is_empty() && dev.running.is_none() {
+                    self.devices.remove(&name);
+                }
+            }
+        }
+        self.ready = self
+            .devices
+            .iter()
+            .map(|(name, dev)| (name.clone(), dev.ready_at()))
+            .collect();
+    }
+
+    /// Copies `device`'s [`DeviceState::ready_at`] into the summary (or drops the device from it,
+    /// when it is gone).
+    fn refresh_ready(&mut self, device: &K::Device) {
+        let Ok(i) = self.ready.binary_search_by(|(d, _)| d.cmp(device)) else {
+            return;
+        };
+        match self.devices.get(device) {
+            Some(dev) => self.ready[i].1 = dev.ready_at(),
+            None => {
+                self.ready.remove(i);
+            }
+        }
     }
 
     /// Bursts to start now: at most one per local device, on devices with no running burst and
     /// an open budget gate, each the most overdue due path of its device.
-    pub fn poll(&mut self, now: Duration) -> Vec<Dispatch> {
+    pub fn poll(&mut self, now: Duration) -> Vec<Dispatch<K>> {
         let mut out = Vec::new();
-        for dev in self.devices.values_mut() {
-            if dev.running.is_some() || !dev.gate.is_open(now) {
+        for i in 0..self.ready.len() {
+            if self.ready[i].1 > now {
                 continue;
             }
-            let Some((key, due)) = dev.next_path().map(|(k, d)| (k.clone(), d)) else {
+            let Some(dev) = self.devices.get_mut(&self.ready[i].0) else {
                 continue;
             };
-            if due > now {
-                continue;
+            if let Some(dispatch) = Self::dispatch(dev, now, self.config.busy_backoff) {
+                out.push(dispatch);
             }
-            // Held back by the budget: the gate opened after the path was due and the device
-            // was idle.
-            let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
-            let backoff = self.config.busy_backoff;
-            let Some(p) = dev.paths.get_mut(&key) else {
-                continue;
-            };
-            let attempt = match p.retry_until {
-                Some(until) if now < until => {
-                    p.retries += 1;
-                    Attempt::BusyRetry(p.retries)
-                }
-                _ => {
-                    p.retry_until = None;
-                    p.retries = 0;
-                    p.backoff = backoff;
-                    Attempt::Regular
-                }
-            };
-            p.running = Some(Running { started: now });
-            p.stats.dispatched += 1;
-            p.stats.last_start = Some(now);
-            if budget_deferred {
-                p.stats.deferred_budget += 1;
-                dev.deferred_budget += 1;
-            }
-            dev.running = Some(key.clone());
-            out.push(Dispatch {
-                key,
-                attempt,
-                due,
-                budget_deferred,
-            });
+            self.ready[i].1 = dev.ready_at();
         }
         out
+    }
+
+    /// Starts `dev`'s most overdue due path, if its gate is open and nothing runs.
+    fn dispatch(dev: &mut DeviceState<K>, now: Duration, backoff: Duration) -> Option<Dispatch<K>> {
+        if dev.running.is_some() || !dev.gate.is_open(now) {
+            return None;
+        }
+        let (key, due) = dev
+            .next_path()
+            .filter(|(_, due)| *due <= now)
+            .map(|(k, d)| (k.clone(), d))?;
+        // Held back by the budget: the gate opened after the path was due and the device was
+        // idle.
+        let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
+        let p = dev.paths.get_mut(&key)?;
+        let attempt = match p.retry_until {
+            Some(until) if now < until => {
+                p.retries += 1;
+                Attempt::BusyRetry(p.retries)
+            }
+            _ => {
+                p.retry_until = None;
+                p.retries = 0;
+                p.backoff = backoff;
+                Attempt::Regular
+            }
+        };
+        p.running = Some(Running { started: now });
+        // The dispatched path is the first idle one.
+        dev.idle.pop_first();
+        p.stats.dispatched += 1;
+        p.stats.last_start = Some(now);
+        if budget_deferred {
+            p.stats.deferred_budget += 1;
+            dev.deferred_budget += 1;
+        }
+        dev.running = Some(key.clone());
+        Some(Dispatch {
+            key,
+            attempt,
+            due,
+            budget_deferred,
+        })
     }
 
     /// Reports the end of a dispatched burst. Success and failure schedule the path's next
     /// regular probe one (stretched, jittered) interval after this burst started, never sooner;
     /// `busy` retries after a doubling backoff, but never past the path's next regular slot.
-    pub fn completed(&mut self, key: &PathKey, outcome: Outcome, now: Duration) -> Completion {
-        let Some(dev) = self.devices.get_mut(&key.device) else {
+    pub fn completed(&mut self, key: &K, outcome: Outcome, now: Duration) -> Completion {
+        let completion = self.complete_burst(key, outcome, now);
+        if completion != Completion::NotRunning {
+            self.refresh_ready(key.device());
+        }
+        completion
+    }
+
+    fn complete_burst(&mut self, key: &K, outcome: Outcome, now: Duration) -> Completion {
+        let Some(dev) = self.devices.get_mut(key.device()) else {
             return Completion::NotRunning;
         };
         if dev.running.as_ref() != Some(key) {
@@ -418,7 +531,9 @@ impl Scheduler {
             Some(p) => match p.running.take() {
                 Some(run) => {
                     if outcome.kind != OutcomeKind::Busy {
-                        p.cost += COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+                        let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+                        p.cost += change;
+                        dev.demand += change / p.plan.interval.as_secs_f64();
                     }
                     run
                 }
@@ -428,7 +543,7 @@ impl Scheduler {
             },
             None => {
                 if dev.paths.is_empty() {
-                    self.devices.remove(&key.device);
+                    self.devices.remove(key.device());
                 }
                 return Completion::PathGone;
             }
@@ -472,6 +587,7 @@ impl Scheduler {
                 }
             }
         }
+        dev.idle.insert((p.next_due, key.clone()));
         Completion::Recorded
     }
 
@@ -480,23 +596,31 @@ impl Scheduler {
     /// `≤ now` (poll now). `None`: nothing will happen until a burst completes or the path set
     /// changes.
     pub fn wait_until(&self) -> Option<Duration> {
-        self.devices
-            .values()
-            .filter(|d| d.running.is_none())
-            .filter_map(|d| d.next_path().map(|(_, due)| due.max(d.gate.open_at())))
+        self.ready
+            .iter()
+            .map(|(_, at)| *at)
+            .filter(|at| *at != NEVER)
             .min()
     }
 
     /// The path that `device` will probe next and the earliest time it may start (its due time,
     /// or later if the budget gate is closed), ignoring a running burst.
-    pub fn next_due(&self, device: &str) -> Option<(&PathKey, Duration)> {
+    pub fn next_due<Q>(&self, device: &Q) -> Option<(&K, Duration)>
+    where
+        K::Device: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         let d = self.devices.get(device)?;
         d.next_path().map(|(k, due)| (k, due.max(d.gate.open_at())))
     }
 
     /// Budget and counters of a local device (also of one whose last path left while a burst
     /// ran, until that burst is reported).
-    pub fn device_stats(&self, device: &str, now: Duration) -> Option<DeviceStats> {
+    pub fn device_stats<Q>(&self, device: &Q, now: Duration) -> Option<DeviceStats>
+    where
+        K::Device: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         let d = self.devices.get(device)?;
         let demand = d.demand();
         Some(DeviceStats {
@@ -514,8 +638,8 @@ impl Scheduler {
     }
 
     /// Schedule and counters of one path of the current set.
-    pub fn path_status(&self, key: &PathKey) -> Option<PathStatus> {
-        let d = self.devices.get(&key.device)?;
+    pub fn path_status(&self, key: &K) -> Option<PathStatus> {
+        let d = self.devices.get(key.device())?;
         let p = d.paths.get(key)?;
         let factor = stretch(d.demand(), self.config.duty_cycle);
         Some(PathStatus {
@@ -529,12 +653,12 @@ impl Scheduler {
     }
 
     /// Local devices known to the scheduler, in name order.
-    pub fn devices(&self) -> impl Iterator<Item = &str> {
-        self.devices.keys().map(String::as_str)
+    pub fn devices(&self) -> impl Iterator<Item = &K::Device> {
+        self.devices.keys()
     }
 
     /// The current path set, in key order (device, peer, rail).
-    pub fn paths(&self) -> impl Iterator<Item = &PathKey> {
+    pub fn paths(&self) -> impl Iterator<Item = &K> {
         self.devices.values().flat_map(|d| d.paths.keys())
     }
 
@@ -546,6 +670,41 @@ impl Scheduler {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Panics unless the idle index and the cached demand of every device agree with its paths.
+    #[cfg(test)]
+    pub(crate) fn check_index(&self) {
+        let ready: Vec<(K::Device, Duration)> = self
+            .devices
+            .iter()
+            .map(|(name, dev)| (name.clone(), dev.ready_at()))
+            .collect();
+        assert_eq!(ready, self.ready, "ready summary");
+        for (name, dev) in &self.devices {
+            let mut copy = dev.clone();
+            copy.index_idle();
+            assert_eq!(copy.idle, dev.idle, "{name:?}: idle index");
+            copy.sum_demand();
+            assert!(
+                (copy.demand - dev.demand).abs() <= 1e-9 * copy.demand.max(1.0),
+                "{name:?}: demand {} cached as {}",
+                copy.demand,
+                dev.demand
+            );
+        }
+    }
+}
+
+/// Every plan valid and no key twice.
+fn validate_plans<K: ScheduleKey>(plans: &[PathPlan<K>]) -> Result<(), ScheduleError<K>> {
+    let mut seen = BTreeSet::new();
+    for plan in plans {
+        plan.validate()?;
+        if !seen.insert(&plan.key) {
+            return Err(ScheduleError::Duplicate(plan.key.clone()));
+        }
+    }
+    Ok(())
 }
 
 /// Keeps gaps far from `Duration` overflow whatever the caller's `now`.

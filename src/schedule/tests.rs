@@ -64,7 +64,7 @@ fn no_paths_nothing_to_do() {
 fn config_and_plans_are_validated() {
     for duty in [0.0, -0.1, 1.01, f64::NAN, f64::INFINITY] {
         assert!(matches!(
-            Scheduler::new(0, ScheduleConfig::with_duty_cycle(duty)),
+            Scheduler::<PathKey>::new(0, ScheduleConfig::with_duty_cycle(duty)),
             Err(ScheduleError::DutyCycle(_))
         ));
     }
@@ -73,20 +73,20 @@ fn config_and_plans_are_validated() {
         ..ScheduleConfig::default()
     };
     assert!(matches!(
-        Scheduler::new(0, bad),
+        Scheduler::<PathKey>::new(0, bad),
         Err(ScheduleError::Backoff { .. })
     ));
     let bad = ScheduleConfig {
         measure_window: Duration::ZERO,
         ..ScheduleConfig::default()
     };
-    assert!(Scheduler::new(0, bad).is_err());
+    assert!(Scheduler::<PathKey>::new(0, bad).is_err());
     // A zero credit window is fine: a strict rest after each burst.
     let ok = ScheduleConfig {
         credit_window: Duration::ZERO,
         ..ScheduleConfig::default()
     };
-    assert!(Scheduler::new(0, ok).is_ok());
+    assert!(Scheduler::<PathKey>::new(0, ok).is_ok());
 
     let mut sc = sched(1);
     sc.set_paths(vec![plan("d", "a", s(60))], s(0)).unwrap();

@@ -1,0 +1,312 @@
+//! The series budget: a bound on the per-path series one node puts on `/metrics`, and what goes
+//! when it is reached (docs/metrics.md, "Series budget").
+//!
+//! Pure bookkeeping over path keys, so the recorder (keyed by labels) and the cluster
+//! simulation (keyed by numbers) run the same rules:
+//! - a path is **on `/metrics`** from its first probe; it leaves when it is out of the selection
+//!   and its last probe is older than `ttl` ([`SeriesBudget::expire`]), or when the config drops
+//!   its peer;
+//! - each path counts its series: the **base** ones (success, the last-burst gauges, counters
+//!   by result and reason) and the **detail** ones (its port-counter increases of the traffic
+//!   kinds, bytes and packets, which repeat what `rdma_probe_bytes_total` says with the port's
+//!   other traffic added);
+//! - when a probe would take the total above the limit, first the **detail of every path** goes
+//!   (once, until the budget is reset: a reload), then **whole paths**, the lowest first: sampled
+//!   (other-group) paths before preferred (same-group or full-mesh) ones, and within each the
+//!   one probed longest ago. A path never makes room by evicting one that ranks above it; a
+//!   probe that cannot fit is not exported (the probe itself ran and counts in the schedule).
+//!
+//! Every path taken off or kept off `/metrics` for lack of room counts in [`dropped`]
+//! (`rdma_probe_series_budget_dropped_paths_total`).
+//!
+//! [`dropped`]: SeriesBudget::dropped
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::time::Duration;
+
+/// Per-path series of one node at most, unless configured: with ~12 base series a path, about
+/// 370 paths (a 32-node ToR on 8 rails and the sampled paths of the last round), and room left
+/// under 5,000 for the node's own series.
+pub const DEFAULT_SERIES_BUDGET: usize = 4500;
+/// How long a path out of the selection stays on `/metrics` after its last probe, unless
+/// configured: one round of the selection, so a sampled path is on `/metrics` for about as
+/// long as the round it was probed in lasts, and a failed one long enough for an alert.
+pub const DEFAULT_SERIES_TTL: Duration = Duration::from_secs(600);
+
+/// The series of one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathSeries {
+    /// Everything but the detail.
+    pub base: usize,
+    /// The port-counter increases of the traffic kinds (shed first).
+    pub detail: usize,
+}
+
+/// What a probe's result may do (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission<K> {
+    /// The result is exported (else its path is off `/metrics`, and was taken off if it was on).
+    pub admitted: bool,
+    /// Paths taken off `/metrics` to make room.
+    pub evicted: Vec<K>,
+    /// The detail of every path went, now (and stays off until [`SeriesBudget::reset`]).
+    pub shed_detail: bool,
+}
+
+/// FNV-1a: the keys are the node's own paths (labels from its config, or numbers), not input
+/// an attacker chooses, so a fast hash without flooding protection is enough; SipHash cost
+/// the simulation of ten thousand nodes a fifth of its time.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xCBF2_9CE4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // One multiply-xorshift round per word instead of eight byte rounds.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 ^= self.0 >> 29;
+    }
+}
+
+/// A `HashMap` with [`Fnv`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    series: PathSeries,
+    last: Duration,
+    preferred: bool,
+}
+
+/// The series budget of one node; see the module docs.
+#[derive(Debug, Clone)]
+pub struct SeriesBudget<K> {
+    limit: usize,
+    ttl: Duration,
+    paths: FastMap<K, Entry>,
+    /// `(last probe, key)` of every path on `/metrics`, sampled ones and preferred ones apart:
+    /// eviction order, and expiry order.
+    sampled: BTreeSet<(Duration, K)>,
+    preferred: BTreeSet<(Duration, K)>,
+    base: usize,
+    detail: usize,
+    detail_shed: bool,
+    dropped: u64,
+}
+
+impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
+    pub fn new(limit: usize, ttl: Duration) -> Self {
+        SeriesBudget {
+            limit,
+            ttl,
+            paths: FastMap::default(),
+            sampled: BTreeSet::new(),
+            preferred: BTreeSet::new(),
+            base: 0,
+            detail: 0,
+            detail_shed: false,
+            dropped: 0,
+        }
+    }
+
+    /// New limits (a reload); the detail may come back. What is on `/metrics` stays until the
+    /// next probe that needs room or the next expiry.
+    pub fn reset(&mut self, limit: usize, ttl: Duration) {
+        self.limit = limit;
+        self.ttl = ttl;
+        self.detail_shed = false;
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Series of the paths on `/metrics` now.
+    pub fn series(&self) -> usize {
+        self.base + if self.detail_shed { 0 } else { self.detail }
+    }
+
+    /// Paths on `/metrics` now.
+    pub fn paths(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether `key` is on `/metrics`.
+    pub fn contains(&self, key: &K) -> bool {
+        self.paths.contains_key(key)
+    }
+
+    /// The detail series are off (the budget was reached since the last reset).
+    pub fn detail_shed(&self) -> bool {
+        self.detail_shed
+    }
+
+    /// Paths taken off or kept off `/metrics` for lack of room, since the start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Distinct values of `peer(key)` over the paths on `/metrics` (one `peer_info` each).
+    pub fn peers<P: Eq + Hash>(&self, peer: impl Fn(&K) -> P) -> usize {
+        self.paths
+            .keys()
+            .map(peer)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
+    /// A probe of `key` at `now` leaves it with `series`; `preferred`: a same-group or
+    /// full-mesh path.
+    pub fn record(
+        &mut self,
+        key: K,
+        now: Duration,
+        preferred: bool,
+        series: PathSeries,
+    ) -> Admission<K> {
+        let mut admission = Admission {
+            admitted: true,
+            evicted: Vec::new(),
+            shed_detail: false,
+        };
+        // The common case: a path on /metrics probed again, its series unchanged.
+        if let Some(entry) = self.paths.get_mut(&key) {
+            if entry.series == series && entry.preferred == preferred {
+                let old = (entry.last, key.clone());
+                entry.last = now;
+                let order = if preferred {
+                    &mut self.preferred
+                } else {
+                    &mut self.sampled
+                };
+                order.remove(&old);
+                order.insert((now, key));
+                return admission;
+            }
+        }
+        self.take(&key);
+        if self.series() + self.size(&series) > self.limit && !self.detail_shed {
+            self.detail_shed = true;
+            admission.shed_detail = true;
+        }
+        let needed = self.size(&series);
+        let room = self.limit.saturating_sub(self.series());
+        if needed > room {
+            // The lowest paths that rank below this one, as many as make room: all or none.
+            let rank = (preferred, now);
+            let mut freed = 0;
+            let mut victims = Vec::new();
+            let lowest_first = self
+                .sampled
+                .iter()
+                .map(|(last, k)| (false, last, k))
+                .chain(self.preferred.iter().map(|(last, k)| (true, last, k)));
+            for (p, last, k) in lowest_first {
+                if (p, *last) >= rank || needed <= room + freed {
+                    break;
+                }
+                freed += self.paths.get(k).map_or(0, |e| self.size(&e.series));
+                victims.push(k.clone());
+            }
+            if needed > room + freed {
+                // Kept off (and taken off, if it was on).
+                self.dropped += 1;
+                admission.admitted = false;
+                return admission;
+            }
+            for k in victims {
+                self.take(&k);
+                self.dropped += 1;
+                admission.evicted.push(k);
+            }
+        }
+        self.put(
+            key,
+            Entry {
+                series,
+                last: now,
+                preferred,
+            },
+        );
+        admission
+    }
+
+    /// Takes off `/metrics` the paths out of the selection (`selected` false) whose last probe
+    /// is older than the TTL at `now`, and returns them.
+    pub fn expire(&mut self, now: Duration, selected: impl Fn(&K) -> bool) -> Vec<K> {
+        let Some(cutoff) = now.checked_sub(self.ttl) else {
+            return Vec::new();
+        };
+        // Each order is by last probe: the stale paths come first.
+        let mut stale = Vec::new();
+        for order in [&self.sampled, &self.preferred] {
+            for (last, key) in order {
+                if *last >= cutoff {
+                    break;
+                }
+                if !selected(key) {
+                    stale.push(key.clone());
+                }
+            }
+        }
+        for key in &stale {
+            self.take(key);
+        }
+        stale
+    }
+
+    /// Takes `key` off (its peer left the config).
+    pub fn remove(&mut self, key: &K) {
+        self.take(key);
+    }
+
+    /// What a path's series count for now (its detail only while the detail is on).
+    fn size(&self, series: &PathSeries) -> usize {
+        series.base + if self.detail_shed { 0 } else { series.detail }
+    }
+
+    fn take(&mut self, key: &K) -> Option<Entry> {
+        let entry = self.paths.remove(key)?;
+        let order = if entry.preferred {
+            &mut self.preferred
+        } else {
+            &mut self.sampled
+        };
+        order.remove(&(entry.last, key.clone()));
+        self.base -= entry.series.base;
+        self.detail -= entry.series.detail;
+        Some(entry)
+    }
+
+    fn put(&mut self, key: K, entry: Entry) {
+        self.base += entry.series.base;
+        self.detail += entry.series.detail;
+        let order = if entry.preferred {
+            &mut self.preferred
+        } else {
+            &mut self.sampled
+        };
+        order.insert((entry.last, key.clone()));
+        self.paths.insert(key, entry);
+    }
+}
+
+#[cfg(test)]
+mod tests;

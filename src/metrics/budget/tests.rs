@@ -1,0 +1,124 @@
+//! The budget's rules: never above the limit, detail first, then sampled paths oldest first,
+//! never a path above the newcomer; expiry only out of the selection.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const fn s(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn series(base: usize, detail: usize) -> PathSeries {
+    PathSeries { base, detail }
+}
+
+#[test]
+fn under_the_limit_everything_stays() {
+    let mut b = SeriesBudget::new(100, s(60));
+    for k in 0..4u32 {
+        let a = b.record(k, s(u64::from(k)), k < 2, series(12, 8));
+        assert!(a.admitted && a.evicted.is_empty() && !a.shed_detail);
+    }
+    assert_eq!((b.series(), b.paths(), b.dropped()), (80, 4, 0));
+}
+
+#[test]
+fn detail_goes_first_then_sampled_paths_oldest_first() {
+    let mut b = SeriesBudget::new(60, s(600));
+    b.record(1u32, s(1), true, series(12, 8));
+    b.record(2, s(2), false, series(12, 8));
+    b.record(3, s(3), false, series(12, 8));
+    assert_eq!(b.series(), 60);
+    // A fourth path: the detail of all goes (4 × 12 = 48 fit).
+    let a = b.record(4, s(4), true, series(12, 8));
+    assert!(a.admitted && a.shed_detail && a.evicted.is_empty());
+    assert_eq!(b.series(), 48);
+    // A sixth: the oldest sampled path (2) makes room, not the older preferred one (1).
+    b.record(5, s(5), false, series(12, 8));
+    let a = b.record(6, s(6), true, series(12, 8));
+    assert_eq!(a.evicted, [2]);
+    assert!(!b.contains(&2) && b.contains(&1));
+    assert_eq!(b.dropped(), 1);
+    // Sampled newcomers evict the oldest sampled paths, never the preferred ones.
+    let a = b.record(7, s(7), false, series(12, 8));
+    assert_eq!(a.evicted, [3]);
+    assert!(a.admitted);
+    let a = b.record(8, s(8), false, series(12, 8));
+    assert_eq!(a.evicted, [5]);
+    let a = b.record(9, s(9), false, series(12, 8));
+    assert_eq!(a.evicted, [7]);
+    assert_eq!(b.series(), 60);
+    assert!(b.contains(&1) && b.contains(&4) && b.contains(&6));
+    assert!(b.series() <= b.limit());
+    // A reload lets the detail come back at the next probe that fits it.
+    b.reset(200, s(600));
+    assert!(!b.detail_shed());
+}
+
+#[test]
+fn a_path_that_cannot_fit_is_kept_off() {
+    let mut b = SeriesBudget::new(24, s(600));
+    b.record(1u32, s(1), true, series(12, 0));
+    b.record(2, s(2), true, series(12, 0));
+    // Sampled: may evict neither preferred path.
+    let a = b.record(3, s(3), false, series(12, 0));
+    assert!(!a.admitted && a.evicted.is_empty());
+    assert!(!b.contains(&3));
+    assert_eq!(b.dropped(), 1);
+    // Bigger than the whole budget: kept off, and nobody is evicted for nothing.
+    let a = b.record(4, s(4), true, series(30, 0));
+    assert!(!a.admitted && a.evicted.is_empty());
+    assert!(b.contains(&1) && b.contains(&2));
+}
+
+#[test]
+fn expiry_takes_off_only_stale_paths_out_of_the_selection() {
+    let mut b = SeriesBudget::new(1000, s(600));
+    b.record(1u32, s(0), true, series(12, 0));
+    b.record(2, s(0), false, series(12, 0));
+    b.record(3, s(500), false, series(12, 0));
+    assert!(b.expire(s(599), |_| false).is_empty());
+    // At 700 s: 1 and 2 are 700 s old, 3 only 200 s; 1 is still selected.
+    let gone = b.expire(s(700), |k| *k == 1);
+    assert_eq!(gone, [2]);
+    assert!(b.contains(&1) && b.contains(&3));
+    assert_eq!(b.dropped(), 0, "expiry is not a drop");
+}
+
+proptest! {
+    /// Whatever comes: the series never exceed the limit, every eviction ranks below the
+    /// newcomer, and the counts add up.
+    #[test]
+    fn never_above_the_limit(
+        limit in 0usize..400,
+        probes in proptest::collection::vec((0u32..60, any::<bool>(), 1usize..20, 0usize..10), 1..300),
+    ) {
+        let mut b = SeriesBudget::new(limit, s(300));
+        let mut on: BTreeMap<u32, (bool, Duration, PathSeries)> = BTreeMap::new();
+        for (i, (key, preferred, base, detail)) in probes.into_iter().enumerate() {
+            let now = s(i as u64);
+            let a = b.record(key, now, preferred, series(base, detail));
+            for e in &a.evicted {
+                let (p, last, _) = on.remove(e).expect("evicted a path that was on");
+                prop_assert!((p, last) < (preferred, now));
+            }
+            on.remove(&key);
+            if a.admitted {
+                on.insert(key, (preferred, now, series(base, detail)));
+            }
+            prop_assert!(b.series() <= limit, "{} > {limit}", b.series());
+            let expect: usize = on.values().map(|(_, _, s)| s.base + if b.detail_shed() { 0 } else { s.detail }).sum();
+            prop_assert_eq!(b.series(), expect);
+            prop_assert_eq!(b.paths(), on.len());
+            if i % 50 == 49 {
+                for k in b.expire(now, |k| k % 3 == 0) {
+                    let (_, last, _) = on.remove(&k).unwrap();
+                    prop_assert!(last + s(300) < now && k % 3 != 0);
+                }
+            }
+        }
+    }
+}

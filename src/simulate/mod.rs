@@ -1,0 +1,583 @@
+//! `simulate`: the real scheduler and selection of every node of a synthetic cluster, run in
+//! virtual time (docs/scale.md, "Simulation").
+//!
+//! Each node has its own [`Scheduler`] (seeded by its name, as on a real node), [`Selector`] and
+//! [`Rotation`]; all share one [`Layout`] of the cluster. One event queue holds each node's next
+//! wake-up (its next due path, the end of a burst that frees a device for a busy retry, or the
+//! next round), so the cost is per burst, not per node and tick. What is modelled and what is
+//! not:
+//! - a burst takes exactly `burst` of device time and succeeds; setup and control round trips
+//!   take no time, except a `busy` answer, which takes [`BUSY_ANSWER`];
+//! - a **responder serves one burst per device at a time**: a prober that arrives while the
+//!   peer's device on that rail serves another burst gets `busy` and retries as the scheduler
+//!   says; that attempt counts as aimed at the device at once with the burst being served;
+//! - every node starts at time 0 (a DaemonSet rollout, the worst case for phases) and rounds
+//!   follow the shared virtual clock (NTP on a real cluster);
+//! - series: every path probed at least once and not expired has `series_per_path` series (its
+//!   probe families), every node `series_per_node` plus `series_per_device` per rail, and one
+//!   `peer_info` per peer with a path on `/metrics`; a path leaves `/metrics` when it is out of
+//!   the selection and has not been probed for `series_ttl`, or when the series budget needs
+//!   the room ([`SeriesBudget`]).
+
+mod report;
+mod stats;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::metrics::budget::{PathSeries, SeriesBudget};
+use crate::schedule::{
+    fit_plans, seed_from_name, Layout, LocalDevice, Outcome, OutcomeKind, PathKey, PathPlan, Role,
+    Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
+};
+pub use report::{GapFigures, NodeFigures, Report, Summary};
+use stats::{GapTracker, NodeStats};
+
+/// Device time of a `busy` answer: the control round trip that asked for the burst.
+pub const BUSY_ANSWER: Duration = Duration::from_millis(1);
+
+/// Series of a node besides its paths' and its devices': build, process (7), config (2),
+/// node_info, the burst histogram (16 buckets, sum, count), responder sessions and
+/// verification, the series budget's own.
+pub const SERIES_PER_NODE: usize = 40;
+/// Series per local device: port facts (6) and schedule figures (4).
+pub const SERIES_PER_DEVICE: usize = 10;
+
+/// Largest cluster `simulate` accepts.
+pub const MAX_NODES: usize = 100_000;
+
+/// What to simulate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimulationConfig {
+    pub nodes: usize,
+    pub rails: u16,
+    /// Nodes per group (ToR); the last group may be smaller.
+    pub nodes_per_group: usize,
+    /// The configured probe interval (`defaults.interval`).
+    pub interval: Duration,
+    pub jitter: f64,
+    /// Device time of a burst (`burst: {duration}`).
+    pub burst: Duration,
+    pub duty_cycle: f64,
+    /// Virtual time simulated.
+    pub duration: Duration,
+    pub selection: SelectionConfig,
+    pub series: SeriesModel,
+    /// Track every path's gaps (memory grows with the paths probed); `None`: when the cluster
+    /// has at most [`TRACK_ALL_PATHS_UP_TO`] paths.
+    pub track_all_paths: Option<bool>,
+}
+
+/// Candidate paths up to which every path's gaps are tracked by default.
+pub const TRACK_ALL_PATHS_UP_TO: u64 = 20_000_000;
+
+/// How series are counted (docs/metrics.md; the figures a scrape of a healthy path shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesModel {
+    /// Series of one path on `/metrics` (besides its traffic port counters).
+    pub per_path: usize,
+    /// Its port-counter increases of the traffic kinds (bytes and packets, both sides): the
+    /// detail the budget sheds first.
+    pub detail_per_path: usize,
+    /// Series of a node that do not depend on its paths or devices.
+    pub per_node: usize,
+    /// Series per local device (port facts, schedule figures).
+    pub per_device: usize,
+    /// A path out of the selection leaves `/metrics` this long after its last probe.
+    pub ttl: Duration,
+    /// Most per-path series (the paths' own and `peer_info`) a node keeps.
+    pub budget: usize,
+}
+
+/// Why a simulation cannot run.
+#[derive(Debug, Error, PartialEq)]
+pub enum SimulateError {
+    #[error("{what} must be {range} (got {value})")]
+    OutOfRange {
+        what: &'static str,
+        range: &'static str,
+        value: String,
+    },
+    #[error("the scheduler refused the plan: {0}")]
+    Schedule(String),
+}
+
+impl SimulationConfig {
+    fn validate(&self) -> Result<(), SimulateError> {
+        let refuse =
+            |what, range, value: String| Err(SimulateError::OutOfRange { what, range, value });
+        if !(2..=MAX_NODES).contains(&self.nodes) {
+            return refuse("nodes", "from 2 to 100000", self.nodes.to_string());
+        }
+        if !(1..=64).contains(&self.rails) {
+            return refuse("rails", "from 1 to 64", self.rails.to_string());
+        }
+        if self.nodes_per_group == 0 {
+            return refuse("nodes per ToR", "at least 1", "0".into());
+        }
+        if self.burst.is_zero() || self.burst >= self.interval {
+            return refuse(
+                "the burst",
+                "above zero and shorter than the interval",
+                format!("{:?}", self.burst),
+            );
+        }
+        if self.duration.is_zero() {
+            return refuse("the duration", "above zero", "0".into());
+        }
+        Ok(())
+    }
+}
+
+/// A path of a simulated node: the local device is the rail's. Small and `Copy`: the
+/// scheduler's code is the exporter's, with numbers where the exporter has names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SimKey {
+    rail: u16,
+    peer: u32,
+}
+
+impl fmt::Display for SimKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} -> {} (rail {})",
+            device_name(self.rail),
+            node_name(self.peer as usize),
+            self.rail
+        )
+    }
+}
+
+impl ScheduleKey for SimKey {
+    type Device = u16;
+    fn device(&self) -> &u16 {
+        &self.rail
+    }
+}
+
+impl SimKey {
+    fn of(key: &PathKey) -> SimKey {
+        SimKey {
+            rail: key.rail.unwrap_or(0),
+            peer: u32::try_from(node_index(&key.peer)).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// As one number, for the series budget.
+    fn id(self, nodes: usize) -> u64 {
+        stats::path_id(self.peer as usize, self.rail, nodes)
+    }
+}
+
+/// A burst (or a `busy` answer) in progress on a local device.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    end: Duration,
+    key: SimKey,
+    outcome: Outcome,
+}
+
+/// One simulated node.
+struct Node {
+    sched: Scheduler<SimKey>,
+    selector: Selector,
+    rotation: Rotation<SimKey>,
+    round: u64,
+    running: Vec<Option<Running>>,
+    /// The wake-up queued for this node (older queue entries are stale).
+    wake: Duration,
+    budget: SeriesBudget<u64>,
+    stats: NodeStats,
+}
+
+/// A responder device: the burst it serves, and how many probers aimed at it meanwhile.
+#[derive(Debug, Clone, Copy, Default)]
+struct Responder {
+    busy_until: Duration,
+    aimed: u32,
+}
+
+/// Runs the simulation; `progress` is called about once per simulated hour with the virtual
+/// time reached.
+pub fn run(
+    config: &SimulationConfig,
+    mut progress: impl FnMut(Duration),
+) -> Result<Report, SimulateError> {
+    config.validate()?;
+    let started = Instant::now();
+    let mut sim = Sim::new(config)?;
+    let mut next_report = Duration::from_secs(3600);
+    while let Some(Reverse((t, n))) = sim.queue.pop() {
+        if t > config.duration {
+            break;
+        }
+        if sim.nodes[n as usize].wake != t {
+            continue;
+        }
+        if t >= next_report {
+            progress(t);
+            next_report += Duration::from_secs(3600);
+        }
+        sim.step(n as usize, t)?;
+    }
+    Ok(sim.finish(started.elapsed()))
+}
+
+struct Sim<'a> {
+    config: &'a SimulationConfig,
+    layout: Arc<Layout>,
+    nodes: Vec<Node>,
+    responders: Vec<Responder>,
+    queue: BinaryHeap<Reverse<(Duration, u32)>>,
+    gaps: GapTracker,
+    peak_aimed: u32,
+    attempts: u64,
+    busy: u64,
+}
+
+/// The name of node `i`: fixed width, so that name order is index order.
+fn node_name(i: usize) -> String {
+    format!("node{i:05}")
+}
+
+/// The index of a node from its name.
+fn node_index(name: &str) -> usize {
+    name.get(4..)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// A path's plan before fitting: the configured interval, jitter and burst.
+fn base_plan(config: &SimulationConfig, key: &PathKey) -> PathPlan {
+    PathPlan::new(key.clone(), config.interval)
+        .with_jitter(config.jitter)
+        .with_expected_burst(config.burst)
+}
+
+/// The plan with the simulation's key.
+fn sim_plan(plan: PathPlan) -> PathPlan<SimKey> {
+    PathPlan {
+        key: SimKey::of(&plan.key),
+        interval: plan.interval,
+        jitter: plan.jitter,
+        expected_burst: plan.expected_burst,
+    }
+}
+
+fn device_name(rail: u16) -> String {
+    format!("mlx5_{rail}")
+}
+
+impl<'a> Sim<'a> {
+    fn new(config: &'a SimulationConfig) -> Result<Self, SimulateError> {
+        let names: Vec<String> = (0..config.nodes).map(node_name).collect();
+        let labels: Vec<std::collections::BTreeMap<String, String>> = (0..config.nodes)
+            .map(|i| {
+                [(
+                    config.selection.group_by.clone(),
+                    format!("tor{:05}", i / config.nodes_per_group),
+                )]
+                .into()
+            })
+            .collect();
+        let layout = Arc::new(Layout::new(
+            names.iter().map(String::as_str).zip(labels.iter()),
+            &config.selection.group_by,
+        ));
+        let devices: Vec<LocalDevice> = (0..config.rails)
+            .map(|r| LocalDevice::new(device_name(r), Some(r)))
+            .collect();
+        let schedule = ScheduleConfig::with_duty_cycle(config.duty_cycle);
+        let groups = config.nodes.div_ceil(config.nodes_per_group);
+        let track_all = config.track_all_paths.unwrap_or_else(|| {
+            config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails)
+                <= TRACK_ALL_PATHS_UP_TO
+        });
+        let mut sim = Sim {
+            config,
+            layout: layout.clone(),
+            nodes: Vec::with_capacity(config.nodes),
+            responders: vec![Responder::default(); config.nodes * config.rails as usize],
+            queue: BinaryHeap::with_capacity(config.nodes),
+            gaps: GapTracker::new(config, groups, track_all),
+            peak_aimed: 0,
+            attempts: 0,
+            busy: 0,
+        };
+        for name in &names {
+            let selector = Selector::with_layout(name, layout.clone(), &devices, &config.selection);
+            let node = Node {
+                sched: Scheduler::new(seed_from_name(name), schedule.clone())
+                    .map_err(|e| SimulateError::Schedule(e.to_string()))?,
+                selector,
+                rotation: Rotation::new(),
+                round: 0,
+                running: vec![None; config.rails as usize],
+                wake: Duration::ZERO,
+                budget: SeriesBudget::new(config.series.budget, config.series.ttl),
+                stats: NodeStats::new(config.rails as usize, config.nodes_per_group),
+            };
+            sim.nodes.push(node);
+        }
+        for n in 0..config.nodes {
+            sim.start_node(n)?;
+        }
+        Ok(sim)
+    }
+
+    /// Round 0's paths, all at once.
+    fn start_node(&mut self, n: usize) -> Result<(), SimulateError> {
+        let config = self.config;
+        let node = &mut self.nodes[n];
+        let mut selected = node.selector.fixed_paths(0);
+        let wanted = node.selector.sampled_paths(0);
+        node.rotation
+            .advance(0, wanted.iter().map(|s| SimKey::of(&s.key)).collect());
+        selected.extend(wanted);
+        let share = node.selector.coverage().sampled_per_device;
+        let base = |k: &PathKey| base_plan(config, k);
+        let plans = fit_plans(
+            &selected,
+            base,
+            config.duty_cycle,
+            config.selection.round,
+            share,
+        );
+        let plans: Vec<PathPlan<SimKey>> = plans.into_iter().map(sim_plan).collect();
+        node.sched
+            .set_paths(plans, Duration::ZERO)
+            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
+        // The longest interval a fixed path gets, stretched by the scheduler if it must.
+        node.stats.planned_interval = selected
+            .iter()
+            .filter(|s| s.role != Role::Sampled)
+            .filter_map(|s| node.sched.path_status(&SimKey::of(&s.key)))
+            .map(|st| st.effective_interval)
+            .max()
+            .unwrap_or_default();
+        self.reschedule(n, Duration::ZERO);
+        Ok(())
+    }
+
+    /// Everything node `n` does at `t`: bursts that ended, a new round, new bursts.
+    fn step(&mut self, n: usize, t: Duration) -> Result<(), SimulateError> {
+        self.complete(n, t);
+        let round = self.nodes[n].selector.round_at(t);
+        if round > self.nodes[n].round {
+            self.new_round(n, round, t)?;
+        }
+        let dispatches = self.nodes[n].sched.poll(t);
+        for d in dispatches {
+            self.attempt(n, d.key, t);
+        }
+        self.reschedule(n, t);
+        Ok(())
+    }
+
+    /// Reports every burst of node `n` that ended by `t`, at its end time.
+    fn complete(&mut self, n: usize, t: Duration) {
+        let nodes_per_group = self.config.nodes_per_group;
+        let node = &mut self.nodes[n];
+        loop {
+            let next = node
+                .running
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.as_ref().map(|r| (r.end, i)))
+                .filter(|(end, _)| *end <= t)
+                .min();
+            let Some((_, device)) = next else { break };
+            let Some(done) = node.running[device].take() else {
+                break;
+            };
+            node.sched.completed(&done.key, done.outcome, done.end);
+            let sampled = !node.selector.is_full_mesh()
+                && done.key.peer as usize / nodes_per_group != n / nodes_per_group;
+            if done.outcome.kind != OutcomeKind::Busy && sampled {
+                node.rotation.probed(&done.key);
+            }
+        }
+    }
+
+    /// A new round: this round's sampled paths replace the probed ones of the last.
+    fn new_round(&mut self, n: usize, round: u64, t: Duration) -> Result<(), SimulateError> {
+        let config = self.config;
+        let node = &mut self.nodes[n];
+        node.round = round;
+        let wanted = node.selector.sampled_paths(round);
+        let change = node
+            .rotation
+            .advance(round, wanted.iter().map(|s| SimKey::of(&s.key)).collect());
+        let mut removed = change.removed;
+        let mut upsert: Vec<PathPlan<SimKey>> = change
+            .added
+            .iter()
+            .map(|k| PathPlan {
+                key: *k,
+                interval: config.selection.round,
+                jitter: config.jitter,
+                expected_burst: config.burst,
+            })
+            .collect();
+        if node.selector.fixed_paths_rotate() {
+            // A group larger than max_peers: its window moves too.
+            let share = node.selector.coverage().sampled_per_device;
+            let fixed = node.selector.fixed_paths(round);
+            let keep: std::collections::BTreeSet<SimKey> =
+                fixed.iter().map(|s| SimKey::of(&s.key)).collect();
+            removed.extend(
+                node.sched
+                    .paths()
+                    .filter(|k| !keep.contains(k) && !node.rotation.contains(k))
+                    .copied(),
+            );
+            let base = |k: &PathKey| base_plan(config, k);
+            let plans = fit_plans(
+                &fixed,
+                base,
+                config.duty_cycle,
+                config.selection.round,
+                share,
+            );
+            upsert.extend(plans.into_iter().map(sim_plan));
+        }
+        node.sched
+            .update_paths(&removed, upsert, t)
+            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
+        self.sample(n, t);
+        Ok(())
+    }
+
+    /// Starts a burst of node `n` on `key`, or gets `busy` from the responder.
+    fn attempt(&mut self, n: usize, key: SimKey, t: Duration) {
+        let config = self.config;
+        let rail = key.rail;
+        let peer = key.peer as usize;
+        let responder = &mut self.responders[peer * config.rails as usize + rail as usize];
+        self.attempts += 1;
+        let (outcome, hold) = if responder.busy_until > t {
+            responder.aimed += 1;
+            self.busy += 1;
+            (Outcome::busy(Duration::ZERO), BUSY_ANSWER)
+        } else {
+            responder.busy_until = t + config.burst;
+            responder.aimed = 1;
+            (Outcome::success(config.burst), config.burst)
+        };
+        self.peak_aimed = self.peak_aimed.max(responder.aimed);
+        let node = &mut self.nodes[n];
+        let same_group = peer / config.nodes_per_group == n / config.nodes_per_group;
+        let preferred = same_group || node.selector.is_full_mesh();
+        let series = PathSeries {
+            base: config.series.per_path,
+            detail: config.series.detail_per_path,
+        };
+        node.budget
+            .record(key.id(config.nodes), t, preferred, series);
+        Self::expire(node, n, t, config);
+        if outcome.kind != OutcomeKind::Busy {
+            node.stats.record_probe(rail, peer, same_group, t);
+            node.stats.burst_time[rail as usize] += config.burst;
+            self.gaps.record(n, peer, rail, t);
+        }
+        node.running[rail as usize] = Some(Running {
+            end: t + hold,
+            key,
+            outcome,
+        });
+    }
+
+    /// Queues node `n`'s next wake-up: its next due path, the end of a `busy` answer (whose retry
+    /// comes soon after), the end of a burst on a device whose next path is due before it ends,
+    /// or the next round.
+    fn reschedule(&mut self, n: usize, t: Duration) {
+        let node = &mut self.nodes[n];
+        let mut wake = node.selector.round_start(node.round + 1);
+        if let Some(w) = node.sched.wait_until() {
+            wake = wake.min(w);
+        }
+        for (rail, running) in node.running.iter().enumerate() {
+            let Some(r) = running else { continue };
+            let at = if r.outcome.kind == OutcomeKind::Busy {
+                r.end
+            } else {
+                match node.sched.next_due(&(rail as u16)) {
+                    Some((_, due)) => due.max(r.end),
+                    None => r.end,
+                }
+            };
+            wake = wake.min(at);
+        }
+        let wake = wake.max(t + Duration::from_nanos(1));
+        node.wake = wake;
+        self.queue.push(Reverse((wake, n as u32)));
+    }
+
+    /// Takes off node `n`'s `/metrics` the paths out of its selection not probed for the TTL.
+    fn expire(node: &mut Node, n: usize, t: Duration, config: &SimulationConfig) {
+        let rotation = &node.rotation;
+        let nodes_per_group = config.nodes_per_group;
+        let full_mesh = node.selector.is_full_mesh();
+        node.budget.expire(t, |id| {
+            let (peer, rail) = stats::path_of(*id, config.nodes);
+            full_mesh
+                || peer / nodes_per_group == n / nodes_per_group
+                || rotation.contains(&SimKey {
+                    rail: rail as u16,
+                    peer: peer as u32,
+                })
+        });
+    }
+
+    /// Samples node `n`'s figures (at each round): series, paths, duty cycle.
+    fn sample(&mut self, n: usize, t: Duration) {
+        let config = self.config;
+        let node = &mut self.nodes[n];
+        Self::expire(node, n, t, config);
+        let peers = node.budget.peers(|id| stats::path_of(*id, config.nodes).0);
+        let series = node.budget.series()
+            + peers
+            + config.series.per_node
+            + config.series.per_device * config.rails as usize;
+        let paths = node.sched.len();
+        let duty = (0..config.rails)
+            .filter_map(|r| node.sched.device_stats(&r, t))
+            .map(|s| s.duty_cycle_used)
+            .fold(0.0, f64::max);
+        node.stats.sample(series, paths, duty);
+    }
+
+    fn finish(mut self, elapsed: Duration) -> Report {
+        let end = self.config.duration;
+        for n in 0..self.nodes.len() {
+            self.sample(n, end);
+        }
+        let nodes: Vec<NodeFigures> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                node.stats
+                    .figures(n, end, self.config, node.budget.dropped())
+            })
+            .collect();
+        let coverage = self.nodes[0].selector.coverage();
+        Report::new(
+            self.config,
+            &self.layout,
+            coverage,
+            nodes,
+            self.gaps.finish(end),
+            self.peak_aimed,
+            self.attempts,
+            self.busy,
+            elapsed,
+        )
+    }
+}

@@ -1,0 +1,192 @@
+//! What the simulation measures: gaps between probes (per same-group path, per ordered pair of
+//! groups and rail, per path), and each node's series, paths and duty cycle.
+
+use std::time::Duration;
+
+use crate::metrics::budget::FastMap;
+
+use super::report::{GapFigures, NodeFigures};
+use super::SimulationConfig;
+
+/// A path of a node as one number: (peer, rail).
+pub(super) fn path_id(peer: usize, rail: u16, nodes: usize) -> u64 {
+    u64::from(rail) * nodes as u64 + peer as u64
+}
+
+/// (peer, rail) of a [`path_id`].
+pub(super) fn path_of(id: u64, nodes: usize) -> (usize, usize) {
+    ((id % nodes as u64) as usize, (id / nodes as u64) as usize)
+}
+
+/// Milliseconds of virtual time (6 hours fit in a `u32` 200 times over).
+fn ms(t: Duration) -> u32 {
+    u32::try_from(t.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// One node's own figures.
+#[derive(Debug, Clone)]
+pub(super) struct NodeStats {
+    /// Burst time per local device (rail).
+    pub burst_time: Vec<Duration>,
+    /// Longest interval planned for a same-group (or full-mesh) path.
+    pub planned_interval: Duration,
+    nodes_per_group: usize,
+    /// Last probe of each same-group path, per rail × member (ms; 0 = the start).
+    same_last: Vec<u32>,
+    same_max_gap: u32,
+    series_max: usize,
+    paths_max: usize,
+    duty_peak: f64,
+}
+
+impl NodeStats {
+    pub fn new(rails: usize, nodes_per_group: usize) -> Self {
+        NodeStats {
+            burst_time: vec![Duration::ZERO; rails],
+            planned_interval: Duration::ZERO,
+            nodes_per_group,
+            same_last: vec![0; rails * nodes_per_group],
+            same_max_gap: 0,
+            series_max: 0,
+            paths_max: 0,
+            duty_peak: 0.0,
+        }
+    }
+
+    /// A probe (not a `busy` answer) of `peer` on `rail` started at `t`.
+    pub fn record_probe(&mut self, rail: u16, peer: usize, same_group: bool, t: Duration) {
+        if !same_group {
+            return;
+        }
+        let slot = usize::from(rail) * self.nodes_per_group + peer % self.nodes_per_group;
+        let now = ms(t);
+        self.same_max_gap = self.same_max_gap.max(now - self.same_last[slot]);
+        self.same_last[slot] = now;
+    }
+
+    pub fn sample(&mut self, series: usize, paths: usize, duty: f64) {
+        self.series_max = self.series_max.max(series);
+        self.paths_max = self.paths_max.max(paths);
+        self.duty_peak = self.duty_peak.max(duty);
+    }
+
+    /// The figures of node `n` at the end (`end`), open gaps included.
+    pub fn figures(
+        &self,
+        n: usize,
+        end: Duration,
+        config: &SimulationConfig,
+        dropped: u64,
+    ) -> NodeFigures {
+        let npg = self.nodes_per_group;
+        let group_start = n / npg * npg;
+        let members = npg.min(config.nodes - group_start);
+        let mut gap = self.same_max_gap;
+        for rail in 0..config.rails as usize {
+            for m in (0..members).filter(|m| group_start + m != n) {
+                gap = gap.max(ms(end) - self.same_last[rail * npg + m]);
+            }
+        }
+        let duty_mean = self
+            .burst_time
+            .iter()
+            .map(|b| b.as_secs_f64() / end.as_secs_f64())
+            .fold(0.0, f64::max);
+        NodeFigures {
+            paths_max: self.paths_max,
+            series_max: self.series_max,
+            duty_mean,
+            duty_peak: self.duty_peak,
+            same_group_gap: (members > 1).then(|| Duration::from_millis(u64::from(gap))),
+            planned_interval: self.planned_interval,
+            dropped,
+        }
+    }
+}
+
+/// Gaps across the cluster: per ordered (group pair, rail), and per path when tracked.
+pub(super) struct GapTracker {
+    groups: usize,
+    rails: usize,
+    nodes: usize,
+    nodes_per_group: usize,
+    /// Per (source group, target group, rail): last probe (ms) and longest gap.
+    pair_last: Vec<u32>,
+    pair_gap: Vec<u32>,
+    /// Per path (prober, peer, rail): last probe (ms) and the longest gap so far.
+    paths: Option<FastMap<u64, u32>>,
+    path_gap: u32,
+}
+
+impl GapTracker {
+    pub fn new(config: &SimulationConfig, groups: usize, track_all: bool) -> Self {
+        let pairs = if groups > 1 {
+            groups * groups * config.rails as usize
+        } else {
+            0
+        };
+        GapTracker {
+            groups,
+            rails: config.rails as usize,
+            nodes: config.nodes,
+            nodes_per_group: config.nodes_per_group,
+            pair_last: vec![0; pairs],
+            pair_gap: vec![0; pairs],
+            paths: track_all.then(FastMap::default),
+            path_gap: 0,
+        }
+    }
+
+    /// Node `n` probed `peer` on `rail` at `t`.
+    pub fn record(&mut self, n: usize, peer: usize, rail: u16, t: Duration) {
+        let now = ms(t);
+        let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
+        if g != h {
+            let i = (g * self.groups + h) * self.rails + usize::from(rail);
+            self.pair_gap[i] = self.pair_gap[i].max(now - self.pair_last[i]);
+            self.pair_last[i] = now;
+        }
+        if let Some(paths) = &mut self.paths {
+            let id =
+                (n as u64 * self.nodes as u64 + peer as u64) * self.rails as u64 + u64::from(rail);
+            let last = paths.entry(id).or_insert(0);
+            self.path_gap = self.path_gap.max(now - *last);
+            *last = now;
+        }
+    }
+
+    /// The figures at `end`, open gaps included.
+    pub fn finish(self, end: Duration) -> GapFigures {
+        let end_ms = ms(end);
+        let mut pair_gaps: Vec<u32> = Vec::new();
+        for g in 0..self.groups {
+            for h in (0..self.groups).filter(|h| *h != g) {
+                for r in 0..self.rails {
+                    let i = (g * self.groups + h) * self.rails + r;
+                    pair_gaps.push(self.pair_gap[i].max(end_ms - self.pair_last[i]));
+                }
+            }
+        }
+        pair_gaps.sort_unstable();
+        let to_duration = |ms: u32| Duration::from_millis(u64::from(ms));
+        let pair = (!pair_gaps.is_empty()).then(|| {
+            (
+                to_duration(pair_gaps[pair_gaps.len() / 2]),
+                to_duration(pair_gaps[pair_gaps.len() - 1]),
+                pair_gaps.len(),
+            )
+        });
+        let all = self.paths.map(|paths| {
+            let total = self.nodes as u64 * (self.nodes as u64 - 1) * self.rails as u64;
+            let probed = paths.len() as u64;
+            let tail = paths.values().map(|last| end_ms - last).max().unwrap_or(0);
+            let gap = if probed < total {
+                end_ms
+            } else {
+                self.path_gap.max(tail)
+            };
+            (to_duration(gap), probed, total)
+        });
+        GapFigures { pair, all }
+    }
+}

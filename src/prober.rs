@@ -92,6 +92,8 @@ pub(crate) fn ensure_port_active(ctx: &mut Context) -> Result<(), ProbeError> {
 /// The result of one probe, successful or not: what `probe --json` prints.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ProbeOutcome {
+    /// Paced, or unpaced to measure capacity (whether or not the burst ran).
+    pub kind: BurstKind,
     /// The burst's figures; absent when the probe failed before the burst ran.
     #[serde(flatten)]
     pub report: Option<BurstReport>,
@@ -146,6 +148,7 @@ impl ProbeOutcome {
     /// The outcome of a probe whose session could not be set up.
     pub fn failed(settings: &ProbeSettings, error: &ProbeError) -> ProbeOutcome {
         let mut outcome = ProbeOutcome {
+            kind: BurstKind::of(settings.rate_limit.as_ref()),
             message_size: settings.message_size,
             qps: settings.qps,
             ..ProbeOutcome::default()
@@ -284,6 +287,7 @@ impl WarmSession {
                     Ok(s) => s,
                     Err(e) => {
                         let mut outcome = ProbeOutcome::failed(&self.settings, &e);
+                        outcome.kind = request.kind();
                         outcome.new_session = true;
                         return outcome;
                     }
@@ -335,6 +339,42 @@ pub struct BurstRequest {
     pub length: BurstLength,
     /// `None` runs unpaced (a capacity check).
     pub rate_limit: Option<RateLimit>,
+}
+
+impl BurstRequest {
+    pub fn kind(&self) -> BurstKind {
+        BurstKind::of(self.rate_limit.as_ref())
+    }
+}
+
+/// Whether a burst was paced or measured the path's capacity, so that the two are never
+/// compared with each other (docs/metrics.md, "Paced and capacity bursts").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BurstKind {
+    /// Held to a rate limit: fails only when the path falls below the pace.
+    #[default]
+    Paced,
+    /// Unpaced, aiming at the lower link rate of both ends: what the path can carry.
+    Capacity,
+}
+
+impl BurstKind {
+    /// The kind of a burst with this rate limit (`None`: unpaced).
+    pub fn of(rate_limit: Option<&RateLimit>) -> Self {
+        match rate_limit {
+            Some(_) => BurstKind::Paced,
+            None => BurstKind::Capacity,
+        }
+    }
+
+    /// The `kind` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BurstKind::Paced => "paced",
+            BurstKind::Capacity => "capacity",
+        }
+    }
 }
 
 impl From<&ProbeSettings> for BurstRequest {
@@ -495,6 +535,7 @@ impl Session {
     /// and the session is no longer usable.
     pub async fn burst_with(&mut self, request: &BurstRequest) -> ProbeOutcome {
         let mut outcome = ProbeOutcome {
+            kind: request.kind(),
             setup_seconds: Some(self.setup.as_secs_f64()),
             device: Some(self.device.clone()),
             peer_device: Some(self.peer_device.clone()),

@@ -19,6 +19,7 @@ use rdma_probe_exporter::metrics::probe::{
     BurstFigures, DeferReason, PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
 };
 use rdma_probe_exporter::metrics::Metrics;
+use rdma_probe_exporter::prober::BurstKind;
 use rdma_probe_exporter::readiness::Readiness;
 use rdma_probe_exporter::reason::ErrorReason;
 use scraper::{ElementRef, Html, Selector};
@@ -97,6 +98,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
     let at = now() - 30.0;
     let record = |result, target| ProbeRecord {
         result,
+        kind: BurstKind::Paced,
         target_bytes_per_second: target,
         setup_seconds: Some(0.02),
         at_unix_seconds: at,

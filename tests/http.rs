@@ -8,6 +8,7 @@ mod promtool;
 
 use rdma_probe_exporter::http;
 use rdma_probe_exporter::metrics::{Metrics, SessionResult};
+use rdma_probe_exporter::prober::BurstKind;
 use rdma_probe_exporter::readiness::Readiness;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -244,6 +245,12 @@ async fn probe_families_of_many_paths_pass_promtool() {
             path,
             ProbeRecord {
                 result,
+                // Both kinds of burst, so promtool sees their gauges side by side.
+                kind: if i % 2 == 0 {
+                    BurstKind::Paced
+                } else {
+                    BurstKind::Capacity
+                },
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
@@ -331,6 +338,7 @@ async fn the_status_page_lists_every_probed_path() {
                 message: "connection refused".into(),
                 figures: None,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.7e9,

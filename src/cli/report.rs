@@ -184,7 +184,7 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
             "Rate limit",
             header
                 .rate_limit
-                .map_or_else(|| "unpaced".to_owned(), |r| r.to_string()),
+                .map_or_else(|| "unpaced (capacity)".to_owned(), |r| r.to_string()),
         ),
         Some(("Target BW", or_unknown(target))),
     );
@@ -395,7 +395,7 @@ mod tests {
             "Mtu             : 4096[B]",
             "Link rate       : 100.00 Gb/s",
             "Peer link rate  : 200.00 Gb/s",
-            "Rate limit      : unpaced",
+            "Rate limit      : unpaced (capacity)",
             "Target BW       : 100.00 Gb/sec",
             "#bytes     #iterations    BW average[Gb/sec]    BW average[MiB/sec]    MsgRate[Mpps]",
             "Min-window BW          : 80.00 Gb/sec  9536.74 MiB/sec  (10.000 ms windows)",

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
-use crate::prober::ProbeOutcome;
+use crate::prober::{BurstKind, ProbeOutcome};
 use crate::reason::ErrorReason;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -33,6 +33,16 @@ pub struct PathLabels {
     pub device: String,
     pub peer: String,
     pub peer_device: String,
+}
+
+/// A path and the kind of burst a per-burst gauge describes: paced and capacity bursts keep
+/// their own last figures (docs/metrics.md, "Paced and capacity bursts").
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    kind: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,6 +124,8 @@ pub enum ProbeResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeRecord {
     pub result: ProbeResult,
+    /// Paced, or unpaced to measure capacity.
+    pub kind: BurstKind,
     /// What the burst aimed for: the rate limit, or the lower link rate of both ends.
     pub target_bytes_per_second: Option<f64>,
     /// Set when the session was (re)built for this burst: control + QP setup time.
@@ -201,6 +213,7 @@ impl ProbeRecord {
         };
         ProbeRecord {
             result,
+            kind: outcome.kind,
             target_bytes_per_second: outcome.target_bandwidth_bytes_per_second,
             setup_seconds: outcome
                 .new_session
@@ -291,11 +304,11 @@ pub type PathSnapshot = Arc<RwLock<BTreeMap<PathLabels, PathState>>>;
 #[derive(Debug, Clone)]
 pub struct ProbeFamilies {
     success: Family<PathLabels, Gauge>,
-    bandwidth: Family<PathLabels, FloatGauge>,
-    min_window: Family<PathLabels, FloatGauge>,
-    gap_max: Family<PathLabels, FloatGauge>,
-    target: Family<PathLabels, FloatGauge>,
-    message_rate: Family<PathLabels, FloatGauge>,
+    bandwidth: Family<KindLabels, FloatGauge>,
+    min_window: Family<KindLabels, FloatGauge>,
+    gap_max: Family<KindLabels, FloatGauge>,
+    target: Family<KindLabels, FloatGauge>,
+    message_rate: Family<KindLabels, FloatGauge>,
     bytes: Family<PathLabels, Counter>,
     messages: Family<PathLabels, Counter>,
     runs: Family<ResultLabels, Counter>,
@@ -478,6 +491,7 @@ struct SeriesOfPath {
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
     counters: BTreeSet<(&'static str, &'static str)>,
+    kinds: BTreeSet<BurstKind>,
 }
 
 /// The owner of the probe families: applies events, one at a time.
@@ -629,28 +643,37 @@ impl ProbeRecorder {
             series.counters.insert((side, c.counter));
         }
         if let Some(figures) = figures {
-            self.record_figures(&path, figures, record.target_bytes_per_second);
+            series.kinds.insert(record.kind);
+            self.record_figures(&path, record.kind, figures, record.target_bytes_per_second);
         }
         self.update_table(path, record);
     }
 
-    /// Gauges describe the last burst that moved data; counters accumulate what completed.
-    fn record_figures(&self, path: &PathLabels, figures: &BurstFigures, target: Option<f64>) {
+    /// Gauges describe the last burst of its kind that moved data; counters accumulate what
+    /// completed, of both kinds.
+    fn record_figures(
+        &self,
+        path: &PathLabels,
+        kind: BurstKind,
+        figures: &BurstFigures,
+        target: Option<f64>,
+    ) {
         let f = &self.families;
+        let labels = kind_labels(path, kind);
         f.bandwidth
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.bandwidth_bytes_per_second);
         f.min_window
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.min_window_bandwidth_bytes_per_second);
         f.gap_max
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.completion_gap_max_seconds);
         f.message_rate
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.message_rate_per_second);
         if let Some(target) = target {
-            f.target.get_or_create(path).set(target);
+            f.target.get_or_create(&labels).set(target);
         }
         f.bytes.get_or_create(path).inc_by(figures.bytes);
         f.messages.get_or_create(path).inc_by(figures.messages);
@@ -690,17 +713,20 @@ impl ProbeRecorder {
         let f = &self.families;
         for path in gone {
             let series = self.series.remove(&path).unwrap_or_default();
-            for family in [
-                &f.bandwidth,
-                &f.min_window,
-                &f.gap_max,
-                &f.target,
-                &f.message_rate,
-                &f.setup,
-                &f.last_success,
-            ] {
-                family.remove(&path);
+            for kind in &series.kinds {
+                let labels = kind_labels(&path, *kind);
+                for family in [
+                    &f.bandwidth,
+                    &f.min_window,
+                    &f.gap_max,
+                    &f.target,
+                    &f.message_rate,
+                ] {
+                    family.remove(&labels);
+                }
             }
+            f.setup.remove(&path);
+            f.last_success.remove(&path);
             f.success.remove(&path);
             f.bytes.remove(&path);
             f.messages.remove(&path);
@@ -738,6 +764,15 @@ fn count_run(
 ) {
     f.runs.get_or_create(&result_labels(path, result)).inc();
     series.results.insert(result);
+}
+
+fn kind_labels(path: &PathLabels, kind: BurstKind) -> KindLabels {
+    KindLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        kind: kind.as_str(),
+    }
 }
 
 fn result_labels(path: &PathLabels, result: &'static str) -> ResultLabels {
@@ -798,6 +833,7 @@ mod tests {
             result: ProbeResult::Success {
                 figures: figures(bandwidth),
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: Some(1.25e9),
             setup_seconds: Some(0.02),
             at_unix_seconds: 1_700_000_000.0,
@@ -812,6 +848,7 @@ mod tests {
                 message: "peer gone".into(),
                 figures: None,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1_700_000_060.0,
@@ -826,6 +863,8 @@ mod tests {
     }
 
     const B: &str = r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0"}"#;
+    /// The per-burst gauges of a path's paced bursts.
+    const PACED: &str = r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0",kind="paced"}"#;
 
     #[test]
     fn success_gauge_exists_from_the_first_attempt_and_stays_when_the_peer_is_down() {
@@ -856,7 +895,10 @@ mod tests {
         assert_eq!(sample(&text, runs), Some(2.0));
         // The last burst that moved data still describes the link.
         assert_eq!(
-            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            sample(
+                &text,
+                &format!("rdma_probe_bandwidth_bytes_per_second{PACED}")
+            ),
             Some(1e9)
         );
         assert_eq!(
@@ -954,6 +996,7 @@ mod tests {
             result: ProbeResult::Deferred {
                 reason: DeferReason::Busy,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.0,
@@ -977,6 +1020,7 @@ mod tests {
                 message: "deadline".into(),
                 figures: Some(figures(2.5e5)),
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: Some(7.5e5),
             setup_seconds: None,
             at_unix_seconds: 5.0,
@@ -985,17 +1029,60 @@ mod tests {
         recorder.apply(ProbeEvent::Completed(path("node-b"), slow));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(
-            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            sample(
+                &text,
+                &format!("rdma_probe_bandwidth_bytes_per_second{PACED}")
+            ),
             Some(2.5e5)
         );
         assert_eq!(
             sample(
                 &text,
-                &format!("rdma_probe_target_bandwidth_bytes_per_second{B}")
+                &format!("rdma_probe_target_bandwidth_bytes_per_second{PACED}")
             ),
             Some(7.5e5)
         );
         assert_eq!(sample(&text, &format!("rdma_probe_success{B}")), Some(0.0));
+    }
+
+    #[test]
+    fn capacity_bursts_keep_their_own_gauges_beside_the_paced_ones() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        recorder.apply(ProbeEvent::Completed(path("node-b"), success(2.5e6)));
+        let mut capacity = success(9e8);
+        capacity.kind = BurstKind::Capacity;
+        capacity.target_bytes_per_second = Some(1.25e9);
+        recorder.apply(ProbeEvent::Completed(path("node-b"), capacity));
+        // A paced burst after the capacity burst changes only the paced gauges.
+        let mut paced = success(2.4e6);
+        paced.target_bytes_per_second = Some(2.5e6);
+        recorder.apply(ProbeEvent::Completed(path("node-b"), paced));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        const CAPACITY: &str =
+            r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0",kind="capacity"}"#;
+        let value = |family: &str, labels: &str| sample(&text, &format!("{family}{labels}"));
+        let bandwidth = "rdma_probe_bandwidth_bytes_per_second";
+        let target = "rdma_probe_target_bandwidth_bytes_per_second";
+        assert_eq!(value(bandwidth, PACED), Some(2.4e6), "{text}");
+        assert_eq!(value(target, PACED), Some(2.5e6), "{text}");
+        assert_eq!(value(bandwidth, CAPACITY), Some(9e8), "{text}");
+        assert_eq!(value(target, CAPACITY), Some(1.25e9), "{text}");
+        assert_eq!(
+            value("rdma_probe_bandwidth_min_window_bytes_per_second", CAPACITY),
+            Some(9e8 * 0.9)
+        );
+        // Counters add up both kinds; the path's success and run counts too.
+        let runs = r#"rdma_probe_runs_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",result="success"}"#;
+        assert_eq!(sample(&text, runs), Some(3.0));
+        assert_eq!(
+            sample(&text, &format!("rdma_probe_bytes_total{B}")),
+            Some(3.0 * 65536.0 * 100.0)
+        );
+        // A removed path loses the series of both kinds.
+        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains("peer=\"node-b\""), "{text}");
     }
 
     #[test]
@@ -1099,6 +1186,7 @@ mod tests {
                     result: ProbeResult::Deferred {
                         reason: DeferReason::Busy,
                     },
+                    kind: BurstKind::Paced,
                     target_bytes_per_second: None,
                     setup_seconds: None,
                     at_unix_seconds: 1.0,

@@ -11,7 +11,7 @@ use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
 use crate::prober::{
-    ensure_port_active, BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
+    ensure_port_active, BurstJob, BurstKind, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
@@ -53,6 +53,7 @@ impl From<ChannelError> for ProbeError {
 /// Runs one burst against the `ib_write_bw` server at `settings.target` and closes the session.
 pub async fn probe_perftest(settings: &ProbeSettings, options: &PerftestOptions) -> ProbeOutcome {
     let mut outcome = ProbeOutcome {
+        kind: BurstKind::of(settings.rate_limit.as_ref()),
         message_size: settings.message_size,
         qps: settings.qps,
         new_session: true,

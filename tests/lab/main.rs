@@ -8,6 +8,7 @@ mod promtool;
 
 mod baseline;
 mod bench;
+mod capacity;
 mod exporter;
 mod image;
 mod perftest;

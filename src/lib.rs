@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod exporter;
+pub mod flow;
 pub mod http;
 pub mod metrics;
 pub mod perftest;

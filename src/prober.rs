@@ -20,6 +20,7 @@ use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
     SessionRequest,
 };
+use crate::flow::{self, FlowLabels};
 use crate::metrics::process::process_cpu_seconds;
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::reason::ErrorReason;
@@ -117,6 +118,11 @@ pub struct ProbeOutcome {
     pub qps: u16,
     pub local_link_rate_bits_per_second: Option<u64>,
     pub peer_link_rate_bits_per_second: Option<u64>,
+    /// The GRH flow label of each QP during the burst (empty without a GRH): a session moves its
+    /// QPs to new labels after every burst (docs/architecture.md, "Every ECMP path").
+    pub flow_labels: Vec<u32>,
+    /// The RoCE v2 UDP source port of each QP, as the drivers derive it from the flow label.
+    pub udp_source_ports: Vec<u16>,
     /// Increases of this node's allowlisted port counters during the burst (non-zero ones, by
     /// label; docs/metrics.md, "Port counters"). Port-level: other traffic counts too.
     pub local_counters: Vec<(String, u64)>,
@@ -406,6 +412,9 @@ pub struct Session {
     seed: u64,
     /// Message slots per QP on both ends (see `session`).
     slots: u64,
+    /// The session's walk through flow labels, and how many bursts it has moved on.
+    flows: FlowLabels,
+    label_round: u64,
     worker: BurstWorker,
     /// The local port's allowlisted counters, read before and after each burst; `None` when
     /// sysfs has none for the port.
@@ -474,7 +483,14 @@ impl Session {
             ));
         }
         let mtu = set.path_mtu(accept.mtu, settings.mtu);
-        set.connect(&accept.endpoints, mtu, &path, true)?;
+        let flows = FlowLabels::random();
+        set.connect(
+            &accept.endpoints,
+            mtu,
+            &path,
+            true,
+            &flows.for_burst(0, settings.qps),
+        )?;
         let remote = accept
             .regions
             .iter()
@@ -505,6 +521,8 @@ impl Session {
             next_burst_id: 1,
             seed,
             slots,
+            flows,
+            label_round: 0,
             worker,
             counters,
             closed_by_responder: false,
@@ -589,6 +607,12 @@ impl Session {
         })?;
         let burst_id = self.next_burst_id;
         self.next_burst_id += 1;
+        outcome.flow_labels = set.flow_labels().to_vec();
+        outcome.udp_source_ports = outcome
+            .flow_labels
+            .iter()
+            .map(|&l| flow::udp_source_port(l))
+            .collect();
         // Read before the responder is asked: no probe traffic flows until the burst starts.
         let counters_before = read_counters(self.counters.clone()).await;
         // Filled after the previous burst (off the path from request to first WRITE).
@@ -661,12 +685,17 @@ impl Session {
             outcome: BurstOutcome::Completed,
             posted_per_qp: timing.posted_per_qp,
         };
-        // The next burst's pattern is written while the responder verifies this one.
-        let (prepared, reply) =
-            tokio::join!(prepare_pattern(set), self.conn.request(&end, timeout));
+        // The next burst's pattern is written, and the QPs moved to the next burst's flow labels,
+        // while the responder verifies this one.
+        self.label_round += 1;
+        let labels = self.flows.for_burst(self.label_round, self.settings.qps);
+        let (prepared, reply) = tokio::join!(
+            prepare_next_burst(set, labels),
+            self.conn.request(&end, timeout)
+        );
         let (set, seed) = prepared?;
         self.seed = seed;
-        self.set = Some(set);
+        self.set = set;
         let result = match reply? {
             Message::BurstResult(r) if r.burst_id == burst_id => r,
             other => return Err(ControlError::unexpected("burst_result", other).into()),
@@ -793,6 +822,29 @@ impl BurstWorker {
         let lost = || ProbeError::new(ErrorReason::WcOther, "burst thread ended without a result");
         self.jobs.send((job, reply)).map_err(|_| lost())?;
         done.await.map_err(|_| lost())
+    }
+}
+
+/// Gets the set ready for the next burst, on a blocking thread: a fresh pattern, and the QPs on
+/// the next flow labels. QPs that could not be moved are dropped (the session is rebuilt at the
+/// next burst, `None`); that is not this burst's failure.
+async fn prepare_next_burst(
+    set: QpSet,
+    labels: Vec<u32>,
+) -> Result<(Option<QpSet>, u64), ProbeError> {
+    let (mut set, seed) = prepare_pattern(set).await?;
+    let moved = tokio::task::spawn_blocking(move || {
+        let moved = set.set_flow_labels(&labels);
+        (set, moved)
+    })
+    .await
+    .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("flow label task: {e}")))?;
+    match moved {
+        (set, Ok(())) => Ok((Some(set), seed)),
+        (_, Err(e)) => {
+            tracing::warn!(error = %e, "could not move the QPs to new flow labels: the session is rebuilt before the next burst");
+            Ok((None, seed))
+        }
     }
 }
 

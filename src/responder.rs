@@ -873,7 +873,7 @@ fn open_session(
     };
     let mut set = QpSet::create(ctx, shape, &path)?;
     let mtu = set.path_mtu(request.mtu, None);
-    set.connect(&request.endpoints, mtu, &path, false)?;
+    set.connect(&request.endpoints, mtu, &path, false, &[])?;
     let regions = (0..usize::from(qps))
         .map(|q| RemoteRegion {
             addr: set.region_addr(q),

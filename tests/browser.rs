@@ -85,6 +85,8 @@ fn figures(bandwidth: f64) -> BurstFigures {
         min_window_bandwidth_bytes_per_second: bandwidth * 0.9,
         completion_gap_max_seconds: 0.001,
         message_rate_per_second: 15260.0,
+        qp_bandwidth_min_bytes_per_second: None,
+        qp_bandwidth_max_bytes_per_second: None,
     }
 }
 

@@ -222,6 +222,8 @@ async fn probe_families_of_many_paths_pass_promtool() {
         min_window_bandwidth_bytes_per_second: 1e6,
         completion_gap_max_seconds: 0.01,
         message_rate_per_second: 32.0,
+        qp_bandwidth_min_bytes_per_second: None,
+        qp_bandwidth_max_bytes_per_second: None,
     };
     for i in 0..50 {
         let path = PathLabels {

@@ -5,6 +5,12 @@
 #     still keeps its pace while an unpaced burst shows the cap; then the exporter on node1,
 #     every other burst unpaced (`unpaced_every: 2`), under the same cap: its paced and capacity
 #     gauges (`kind`) apart.
+#  2. ECMP paths: netem slows only node1's RoCE packets whose UDP source port is a multiple of 4
+#     (one of every four consecutive ports) to 5% of the capacity measured in 1; three unpaced
+#     4-QP bursts on one warm session: each QP has its own port, the ports move on from burst to
+#     burst, and the QP on a slowed port is the slowest. node2 captures the closing WRITE WITH
+#     IMMEDIATE of every QP (BTH opcode 0x09 or 0x0b: one per QP and burst) to see the ports on
+#     the wire.
 bin=rdma-probe-exporter
 echo "lab-capacity-psk-0123456789abcdef" >/tmp/psk
 case $LAB_NODE in
@@ -13,7 +19,15 @@ case $LAB_NODE in
     responder=$!
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
+    lab_wait_signal node1 ecmp-start 600 || exit 1
+    timeout 300 tcpdump -l -n -p -i "$LAB_NIC" -c 48 \
+      "src host $(lab_addr node1) and udp dst port 4791 and (udp[8] == 0x09 or udp[8] == 0x0b)" \
+      >closing-writes.txt 2>tcpdump.err &
+    capture=$!
+    sleep 1
+    lab_signal capturing
     lab_wait_signal node1 done 900
+    kill $capture 2>/dev/null; wait $capture
     kill -TERM $responder; wait $responder; echo "responder exit=$?" >>exits
     ;;
   node1)
@@ -59,6 +73,16 @@ EOC
     curl -sS --max-time 10 http://127.0.0.1:9587/metrics >capacity-metrics.txt
     echo "capacity-metrics exit=$?" >>exits
     kill -TERM $exporter; wait $exporter; echo "exporter exit=$?" >>exits
+    lab_clear_faults
+
+    # 2. ECMP paths.
+    slow_mbps=$(lab_link_fraction_mbps capacity-free.json 5) || exit 1
+    lab_result slow_mbps "$slow_mbps"
+    lab_slow_roce_ports 0 0x3 rate "${slow_mbps}mbit" || exit 1
+    lab_signal ecmp-start
+    lab_wait_signal node2 capturing 60 || exit 1
+    probe --qps 4 --size 16KiB --messages 320 --bursts 3 >ecmp.json; echo "ecmp exit=$?" >>exits
+    tc -s qdisc show dev "$LAB_NIC" >ecmp-qdisc.txt
     lab_clear_faults
 
     lab_signal done

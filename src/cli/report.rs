@@ -220,6 +220,14 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
     );
     if let Some(min_qp) = report.per_qp_bandwidth_min_bytes_per_second {
         let _ = writeln!(out, " {:<23}: {}", "Lowest per-QP BW", bw(min_qp));
+        // Each QP with the UDP source port that picked its ECMP path, to trace a slow one.
+        for (q, qp_bw) in report.per_qp_bandwidth_bytes_per_second.iter().enumerate() {
+            let name = match outcome.udp_source_ports.get(q) {
+                Some(port) => format!("QP {q} (UDP port {port})"),
+                None => format!("QP {q}"),
+            };
+            let _ = writeln!(out, " {name:<23}: {}", bw(*qp_bw));
+        }
     }
     let _ = writeln!(
         out,
@@ -355,6 +363,8 @@ mod tests {
             completion_gap_max: Duration::from_micros(52),
             cpu_seconds: Some(0.0123),
             per_qp_bandwidth_min_bytes_per_second: None,
+            per_qp_bandwidth_max_bytes_per_second: None,
+            per_qp_bandwidth_bytes_per_second: Vec::new(),
         }
     }
 
@@ -425,6 +435,8 @@ mod tests {
         r.bandwidth_bytes_per_second = 1_000_000.0; // 0.008 Gb/s
         r.min_window_bandwidth_bytes_per_second = 900_000.0;
         r.per_qp_bandwidth_min_bytes_per_second = Some(450_000.0);
+        r.per_qp_bandwidth_bytes_per_second = vec![550_000.0, 450_000.0];
+        o.udp_source_ports = vec![49153, 49154];
         o.remote_counters = vec![("port_rcv_data".into(), 42)];
         o.local_counters = vec![("completer_retry_err".into(), 3)];
         o.validated = false;
@@ -441,6 +453,10 @@ mod tests {
         assert!(text.contains("Target BW       : 0.008000 Gb/sec"), "{text}");
         assert!(
             text.contains("Lowest per-QP BW       : 0.003600 Gb/sec"),
+            "{text}"
+        );
+        assert!(
+            text.contains("QP 1 (UDP port 49154)  : 0.003600 Gb/sec"),
             "{text}"
         );
         assert!(

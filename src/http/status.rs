@@ -174,6 +174,8 @@ mod tests {
             min_window_bandwidth_bytes_per_second: bandwidth,
             completion_gap_max_seconds: 0.0,
             message_rate_per_second: 1.0,
+            qp_bandwidth_min_bytes_per_second: None,
+            qp_bandwidth_max_bytes_per_second: None,
         }
     }
 

@@ -100,6 +100,9 @@ pub struct BurstFigures {
     pub min_window_bandwidth_bytes_per_second: f64,
     pub completion_gap_max_seconds: f64,
     pub message_rate_per_second: f64,
+    /// Lowest and highest per-QP bandwidth, when the burst used several QPs.
+    pub qp_bandwidth_min_bytes_per_second: Option<f64>,
+    pub qp_bandwidth_max_bytes_per_second: Option<f64>,
 }
 
 /// How a probe of a path ended.
@@ -186,6 +189,8 @@ impl From<&BurstReport> for BurstFigures {
             min_window_bandwidth_bytes_per_second: r.min_window_bandwidth_bytes_per_second,
             completion_gap_max_seconds: r.completion_gap_max.as_secs_f64(),
             message_rate_per_second: r.message_rate_per_second,
+            qp_bandwidth_min_bytes_per_second: r.per_qp_bandwidth_min_bytes_per_second,
+            qp_bandwidth_max_bytes_per_second: r.per_qp_bandwidth_max_bytes_per_second,
         }
     }
 }
@@ -309,6 +314,8 @@ pub struct ProbeFamilies {
     gap_max: Family<KindLabels, FloatGauge>,
     target: Family<KindLabels, FloatGauge>,
     message_rate: Family<KindLabels, FloatGauge>,
+    qp_min: Family<KindLabels, FloatGauge>,
+    qp_max: Family<KindLabels, FloatGauge>,
     bytes: Family<PathLabels, Counter>,
     messages: Family<PathLabels, Counter>,
     runs: Family<ResultLabels, Counter>,
@@ -339,6 +346,8 @@ impl ProbeFamilies {
             gap_max: Family::default(),
             target: Family::default(),
             message_rate: Family::default(),
+            qp_min: Family::default(),
+            qp_max: Family::default(),
             bytes: Family::default(),
             messages: Family::default(),
             runs: Family::default(),
@@ -391,6 +400,17 @@ impl ProbeFamilies {
             "message_rate_per_second",
             "Completed RDMA WRITEs per second in the path's last burst",
             f.message_rate.clone()
+        );
+        add!(
+            "qp_bandwidth_min_bytes_per_second",
+            "Lowest per-QP bandwidth of the path's last burst over several QPs (each QP on its \
+             own ECMP path)",
+            f.qp_min.clone()
+        );
+        add!(
+            "qp_bandwidth_max_bytes_per_second",
+            "Highest per-QP bandwidth of the path's last burst over several QPs",
+            f.qp_max.clone()
         );
         add!(
             "bytes",
@@ -675,6 +695,21 @@ impl ProbeRecorder {
         if let Some(target) = target {
             f.target.get_or_create(&labels).set(target);
         }
+        // Per-QP figures exist only for bursts over several QPs; a path reloaded down to one
+        // QP loses them.
+        for (family, value) in [
+            (&f.qp_min, figures.qp_bandwidth_min_bytes_per_second),
+            (&f.qp_max, figures.qp_bandwidth_max_bytes_per_second),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&labels).set(v);
+                }
+                None => {
+                    family.remove(&labels);
+                }
+            }
+        }
         f.bytes.get_or_create(path).inc_by(figures.bytes);
         f.messages.get_or_create(path).inc_by(figures.messages);
         f.burst_duration.observe(figures.elapsed_seconds);
@@ -721,6 +756,8 @@ impl ProbeRecorder {
                     &f.gap_max,
                     &f.target,
                     &f.message_rate,
+                    &f.qp_min,
+                    &f.qp_max,
                 ] {
                     family.remove(&labels);
                 }
@@ -825,6 +862,8 @@ mod tests {
             min_window_bandwidth_bytes_per_second: bandwidth * 0.9,
             completion_gap_max_seconds: 0.001,
             message_rate_per_second: 200.0,
+            qp_bandwidth_min_bytes_per_second: None,
+            qp_bandwidth_max_bytes_per_second: None,
         }
     }
 
@@ -935,6 +974,8 @@ mod tests {
             completion_gap_max: std::time::Duration::from_millis(30),
             cpu_seconds: None,
             per_qp_bandwidth_min_bytes_per_second: None,
+            per_qp_bandwidth_max_bytes_per_second: None,
+            per_qp_bandwidth_bytes_per_second: Vec::new(),
         };
         let ok = ProbeOutcome {
             report: Some(report.clone()),
@@ -1083,6 +1124,28 @@ mod tests {
         recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("peer=\"node-b\""), "{text}");
+    }
+
+    #[test]
+    fn bursts_over_several_qps_report_their_slowest_and_fastest_qp() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let mut four_qps = success(4e6);
+        if let ProbeResult::Success { figures } = &mut four_qps.result {
+            figures.qp_bandwidth_min_bytes_per_second = Some(1e5);
+            figures.qp_bandwidth_max_bytes_per_second = Some(1.3e6);
+        }
+        recorder.apply(ProbeEvent::Completed(path("node-b"), four_qps));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let min = format!("rdma_probe_qp_bandwidth_min_bytes_per_second{PACED}");
+        let max = format!("rdma_probe_qp_bandwidth_max_bytes_per_second{PACED}");
+        assert_eq!(sample(&text, &min), Some(1e5), "{text}");
+        assert_eq!(sample(&text, &max), Some(1.3e6), "{text}");
+        // A reload down to one QP: its bursts have no per-QP figures, and the old ones go.
+        recorder.apply(ProbeEvent::Completed(path("node-b"), success(4e6)));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(sample(&text, &min), None, "{text}");
+        assert_eq!(sample(&text, &max), None, "{text}");
     }
 
     #[test]

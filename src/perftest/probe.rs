@@ -146,7 +146,7 @@ async fn run(
             gid: k.gid.unwrap_or([0; 16]),
         })
         .collect();
-    set.connect(&endpoints, mtu, &path, true)?;
+    set.connect(&endpoints, mtu, &path, true, &[])?;
     for key in &keys {
         channel.keys(Step::Keys(2), key).await?;
     }

@@ -79,6 +79,8 @@ fn report() -> BurstReport {
         completion_gap_max: Duration::from_millis(2),
         cpu_seconds: None,
         per_qp_bandwidth_min_bytes_per_second: None,
+        per_qp_bandwidth_max_bytes_per_second: None,
+        per_qp_bandwidth_bytes_per_second: Vec::new(),
     }
 }
 

@@ -140,8 +140,11 @@ fn capacity_bursts_show_a_rate_cap_that_paced_bursts_stay_under() {
     );
     assert!((series(target, "paced") - pace).abs() < 1.0, "{metrics}");
     assert_eq!(series(target, "capacity"), link, "{metrics}");
+    // 1 s at this pace is some 17 messages, and the last completion trails the last post by a
+    // message's time through the cap: such a short burst reads a few percent low (probe-basic
+    // checks the pacer's accuracy on 8 s bursts).
     assert!(
-        ((exporter_paced - pace) / pace).abs() <= 0.05,
+        ((exporter_paced - pace) / pace).abs() <= 0.1,
         "exporter's paced burst off its pace: {metrics}"
     );
     assert!(

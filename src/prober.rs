@@ -22,7 +22,10 @@ use crate::control::{
 };
 use crate::flow::{self, FlowLabels};
 use crate::metrics::process::process_cpu_seconds;
-use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
+use crate::port::{
+    self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, CounterSnapshot, IncreaseStatus,
+    OtherTraffic, Sysfs,
+};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
@@ -128,6 +131,11 @@ pub struct ProbeOutcome {
     pub local_counters: Vec<(String, u64)>,
     /// Port counter increases the responder saw during the burst.
     pub remote_counters: Vec<(String, u64)>,
+    /// What this node's port sent and received during the completed burst beyond the burst
+    /// itself (docs/metrics.md, "Other traffic"); absent when the port has no byte counters.
+    pub local_other_traffic: Option<OtherTraffic>,
+    /// The same for the responder's port, from the increases it returned.
+    pub remote_other_traffic: Option<OtherTraffic>,
     /// Time from asking for a burst on a warm session to its first WRITE.
     pub burst_start_seconds: Option<f64>,
     /// Wall time the burst thread spent inside `ibv_post_send` (see `BurstTiming::posting`).
@@ -650,6 +658,10 @@ impl Session {
             })
             .await?;
         let counters_after = read_counters(self.counters.clone()).await;
+        let local_increases = match (&counters_before, &counters_after) {
+            (Some(before), Some(after)) => port::increases(before, after),
+            _ => Vec::new(),
+        };
         outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
         let (report, timing) = match result {
             Ok(r) => r,
@@ -700,6 +712,7 @@ impl Session {
             Message::BurstResult(r) if r.burst_id == burst_id => r,
             other => return Err(ControlError::unexpected("burst_result", other).into()),
         };
+        self.record_other_traffic(outcome, &local_increases, &result.counters);
         outcome.remote_counters = result.counters;
         outcome.validated = result.validated;
         outcome.verified_messages = Some(result.verified_messages);
@@ -713,6 +726,30 @@ impl Session {
             ));
         }
         Ok(())
+    }
+
+    /// What both ends' ports carried during the completed burst beyond the burst itself
+    /// (docs/metrics.md, "Other traffic"); the responder's from the increases it returned.
+    fn record_other_traffic(
+        &self,
+        outcome: &mut ProbeOutcome,
+        local: &[CounterIncrease],
+        remote: &[(String, u64)],
+    ) {
+        let Some(messages) = outcome.report.as_ref().map(|r| r.messages) else {
+            return;
+        };
+        let burst = BurstTraffic::of(messages, self.settings.message_size, self.mtu.bytes());
+        let remote: Vec<CounterIncrease> = remote
+            .iter()
+            .filter_map(|(label, n)| {
+                CounterIncrease::from_label(label, *n, IncreaseStatus::Counted)
+            })
+            .collect();
+        let known = |t: OtherTraffic| (t != OtherTraffic::default()).then_some(t);
+        outcome.local_other_traffic = known(port::other_traffic(local, burst, BurstEnd::Sender));
+        outcome.remote_other_traffic =
+            known(port::other_traffic(&remote, burst, BurstEnd::Receiver));
     }
 
     /// Says goodbye to the responder (best effort) and releases everything.

@@ -105,11 +105,12 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
         setup_seconds: Some(0.02),
         at_unix_seconds: at,
         counters: Vec::new(),
+        other_traffic: Vec::new(),
     };
     for p in [ok_path(), failing_path(), attempted_path(), deferred_path()] {
         recorder.apply(ProbeEvent::Attempt(p));
     }
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         ok_path(),
         record(
             ProbeResult::Success {
@@ -118,7 +119,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
             Some(1.25e9),
         ),
     ));
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         failing_path(),
         record(
             ProbeResult::Failure {
@@ -129,7 +130,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
             Some(1.25e9),
         ),
     ));
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         deferred_path(),
         record(
             ProbeResult::Deferred {

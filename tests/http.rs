@@ -243,7 +243,7 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 reason: DeferReason::Busy,
             },
         };
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(
             path,
             ProbeRecord {
                 result,
@@ -257,6 +257,7 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
                 counters: Vec::new(),
+                other_traffic: Vec::new(),
             },
         ));
     }
@@ -332,7 +333,7 @@ async fn the_status_page_lists_every_probed_path() {
         peer: "node-<b>".into(),
         peer_device: "rxe0".into(),
     };
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         path,
         ProbeRecord {
             result: ProbeResult::Failure {
@@ -345,6 +346,7 @@ async fn the_status_page_lists_every_probed_path() {
             setup_seconds: None,
             at_unix_seconds: 1.7e9,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         },
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

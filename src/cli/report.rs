@@ -284,6 +284,20 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
             let _ = writeln!(out, "   {name:<36} +{increase}");
         }
     }
+    for (side, traffic) in [
+        ("Local", outcome.local_other_traffic),
+        ("Peer", outcome.remote_other_traffic),
+    ] {
+        let Some(t) = traffic else { continue };
+        let bytes = |b: Option<u64>| b.map_or_else(|| "unknown".to_owned(), |b| format!("{b} B"));
+        let _ = writeln!(
+            out,
+            " {:<23}: sent {}, received {}",
+            format!("{side} other traffic"),
+            bytes(t.transmit_bytes),
+            bytes(t.receive_bytes)
+        );
+    }
     let _ = writeln!(out, "{RULE}");
     Some(out)
 }
@@ -470,6 +484,16 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Validated              : no"), "{text}");
+        assert!(!text.contains("Local other traffic"), "{text}");
+        o.local_other_traffic = Some(crate::port::OtherTraffic {
+            transmit_bytes: Some(0),
+            receive_bytes: None,
+        });
+        let text = format_probe_report(&h, &o).unwrap();
+        assert!(
+            text.contains("Local other traffic    : sent 0 B, received unknown"),
+            "{text}"
+        );
     }
 
     #[test]

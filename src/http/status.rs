@@ -157,6 +157,7 @@ mod tests {
                 setup_seconds: None,
                 at_unix_seconds: at,
                 counters: Vec::new(),
+                other_traffic: Vec::new(),
             }),
             last_success_unix_seconds: None,
             last_error: Some((ErrorReason::Timeout, "deadline <passed>".into(), at - 600.0)),

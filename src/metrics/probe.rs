@@ -63,6 +63,15 @@ struct CounterLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrafficLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    side: &'static str,
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     device: String,
     peer: String,
@@ -137,6 +146,34 @@ pub struct ProbeRecord {
     pub at_unix_seconds: f64,
     /// Non-zero increases of allowlisted port counters during the burst, on both ends.
     pub counters: Vec<CounterRecord>,
+    /// What each end's port carried beyond the burst, where its counters tell.
+    pub other_traffic: Vec<OtherTrafficRecord>,
+}
+
+/// Which way bytes went through a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Transmit,
+    Receive,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Transmit => "transmit",
+            Direction::Receive => "receive",
+        }
+    }
+}
+
+/// Bytes one end's port carried in one direction during a burst beyond the burst's own
+/// (docs/metrics.md, "Other traffic").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OtherTrafficRecord {
+    pub side: Side,
+    pub direction: Direction,
+    pub bytes: u64,
 }
 
 /// Which end of a path a port counter was read on.
@@ -226,8 +263,33 @@ impl ProbeRecord {
                 .flatten(),
             at_unix_seconds,
             counters: counter_records(outcome),
+            other_traffic: other_traffic_records(outcome),
         }
     }
+}
+
+fn other_traffic_records(outcome: &ProbeOutcome) -> Vec<OtherTrafficRecord> {
+    [
+        (Side::Local, outcome.local_other_traffic),
+        (Side::Remote, outcome.remote_other_traffic),
+    ]
+    .into_iter()
+    .filter_map(|(side, traffic)| Some((side, traffic?)))
+    .flat_map(|(side, t)| {
+        [
+            (Direction::Transmit, t.transmit_bytes),
+            (Direction::Receive, t.receive_bytes),
+        ]
+        .into_iter()
+        .filter_map(move |(direction, bytes)| {
+            Some(OtherTrafficRecord {
+                side,
+                direction,
+                bytes: bytes?,
+            })
+        })
+    })
+    .collect()
 }
 
 fn counter_records(outcome: &ProbeOutcome) -> Vec<CounterRecord> {
@@ -250,8 +312,8 @@ fn counter_records(outcome: &ProbeOutcome) -> Vec<CounterRecord> {
 pub enum ProbeEvent {
     /// A probe of this path starts: its success gauge exists from now on (0 until a success).
     Attempt(PathLabels),
-    /// A probe of this path ended.
-    Completed(PathLabels, ProbeRecord),
+    /// A probe of this path ended (boxed: the record is large next to the other events).
+    Completed(PathLabels, Box<ProbeRecord>),
     /// After a (re)load: only these paths exist; every series of any other path goes.
     RetainPaths(BTreeSet<PathLabels>),
     /// A config (re)load: whether it succeeded, and when.
@@ -264,6 +326,13 @@ pub enum ProbeEvent {
     Schedule(DeviceScheduleFigures),
     /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
     Ports(PortReport),
+}
+
+impl ProbeEvent {
+    /// The event of a finished probe.
+    pub fn completed(path: PathLabels, record: ProbeRecord) -> Self {
+        ProbeEvent::Completed(path, Box::new(record))
+    }
 }
 
 /// Label sets of the info metrics: `node` plus this node's static labels, and `peer` plus each
@@ -322,6 +391,7 @@ pub struct ProbeFamilies {
     errors: Family<ReasonLabels, Counter>,
     deferred: Family<ReasonLabels, Counter>,
     port_counters: Family<CounterLabels, Counter>,
+    other_traffic: Family<TrafficLabels, Counter>,
     setup: Family<PathLabels, FloatGauge>,
     last_success: Family<PathLabels, FloatGauge>,
     burst_duration: Histogram,
@@ -354,6 +424,7 @@ impl ProbeFamilies {
             errors: Family::default(),
             deferred: Family::default(),
             port_counters: Family::default(),
+            other_traffic: Family::default(),
             setup: Family::default(),
             last_success: Family::default(),
             // 1 ms .. ~33 s, doubling: bursts are short by design.
@@ -440,6 +511,12 @@ impl ProbeFamilies {
             f.port_counters.clone()
         );
         add!(
+            "port_other_traffic_bytes",
+            "Bytes a port carried during bursts on this path beyond the bursts' own, by side and \
+             direction; never negative",
+            f.other_traffic.clone()
+        );
+        add!(
             "setup_seconds",
             "Control and QP setup time of the path's last session (re)build",
             f.setup.clone()
@@ -511,6 +588,7 @@ struct SeriesOfPath {
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
     counters: BTreeSet<(&'static str, &'static str)>,
+    other_traffic: BTreeSet<(Side, Direction)>,
     kinds: BTreeSet<BurstKind>,
 }
 
@@ -548,7 +626,7 @@ impl ProbeRecorder {
     pub fn apply(&mut self, event: ProbeEvent) {
         match event {
             ProbeEvent::Attempt(path) => self.on_attempt(path),
-            ProbeEvent::Completed(path, record) => self.on_completed(path, record),
+            ProbeEvent::Completed(path, record) => self.on_completed(path, *record),
             ProbeEvent::RetainPaths(keep) => self.retain(&keep),
             ProbeEvent::ConfigLoaded {
                 ok,
@@ -661,6 +739,13 @@ impl ProbeRecorder {
                 .get_or_create(&counter_labels(&path, side, c.counter))
                 .inc_by(c.increase);
             series.counters.insert((side, c.counter));
+        }
+        // Created at the first burst that tells it, zero or not: 0 says "measured, none".
+        for t in &record.other_traffic {
+            f.other_traffic
+                .get_or_create(&traffic_labels(&path, t.side, t.direction))
+                .inc_by(t.bytes);
+            series.other_traffic.insert((t.side, t.direction));
         }
         if let Some(figures) = figures {
             series.kinds.insert(record.kind);
@@ -780,6 +865,10 @@ impl ProbeRecorder {
                 f.port_counters
                     .remove(&counter_labels(&path, side, counter));
             }
+            for (side, direction) in series.other_traffic {
+                f.other_traffic
+                    .remove(&traffic_labels(&path, side, direction));
+            }
             self.table().remove(&path);
         }
     }
@@ -831,6 +920,16 @@ fn counter_labels(path: &PathLabels, side: &'static str, counter: &'static str) 
     }
 }
 
+fn traffic_labels(path: &PathLabels, side: Side, direction: Direction) -> TrafficLabels {
+    TrafficLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        side: side.as_str(),
+        direction: direction.as_str(),
+    }
+}
+
 fn reason_labels(path: &PathLabels, reason: &'static str) -> ReasonLabels {
     ReasonLabels {
         device: path.device.clone(),
@@ -842,8 +941,11 @@ fn reason_labels(path: &PathLabels, reason: &'static str) -> ReasonLabels {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::metrics::{Format, Metrics};
+    use crate::port::OtherTraffic;
 
     fn path(peer: &str) -> PathLabels {
         PathLabels {
@@ -877,6 +979,7 @@ mod tests {
             setup_seconds: Some(0.02),
             at_unix_seconds: 1_700_000_000.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         }
     }
 
@@ -892,6 +995,7 @@ mod tests {
             setup_seconds: None,
             at_unix_seconds: 1_700_000_060.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         }
     }
 
@@ -917,12 +1021,12 @@ mod tests {
             "{text}"
         );
 
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Connect),
         ));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Connect),
         ));
@@ -1042,8 +1146,9 @@ mod tests {
             setup_seconds: None,
             at_unix_seconds: 1.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         };
-        recorder.apply(ProbeEvent::Completed(path("node-b"), busy));
+        recorder.apply(ProbeEvent::completed(path("node-b"), busy));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let deferred = r#"rdma_probe_deferred_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",reason="busy"}"#;
         assert_eq!(sample(&text, deferred), Some(1.0));
@@ -1066,8 +1171,9 @@ mod tests {
             setup_seconds: None,
             at_unix_seconds: 5.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         };
-        recorder.apply(ProbeEvent::Completed(path("node-b"), slow));
+        recorder.apply(ProbeEvent::completed(path("node-b"), slow));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(
             sample(
@@ -1090,15 +1196,15 @@ mod tests {
     fn capacity_bursts_keep_their_own_gauges_beside_the_paced_ones() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(2.5e6)));
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(2.5e6)));
         let mut capacity = success(9e8);
         capacity.kind = BurstKind::Capacity;
         capacity.target_bytes_per_second = Some(1.25e9);
-        recorder.apply(ProbeEvent::Completed(path("node-b"), capacity));
+        recorder.apply(ProbeEvent::completed(path("node-b"), capacity));
         // A paced burst after the capacity burst changes only the paced gauges.
         let mut paced = success(2.4e6);
         paced.target_bytes_per_second = Some(2.5e6);
-        recorder.apply(ProbeEvent::Completed(path("node-b"), paced));
+        recorder.apply(ProbeEvent::completed(path("node-b"), paced));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         const CAPACITY: &str =
             r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0",kind="capacity"}"#;
@@ -1135,14 +1241,14 @@ mod tests {
             figures.qp_bandwidth_min_bytes_per_second = Some(1e5);
             figures.qp_bandwidth_max_bytes_per_second = Some(1.3e6);
         }
-        recorder.apply(ProbeEvent::Completed(path("node-b"), four_qps));
+        recorder.apply(ProbeEvent::completed(path("node-b"), four_qps));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let min = format!("rdma_probe_qp_bandwidth_min_bytes_per_second{PACED}");
         let max = format!("rdma_probe_qp_bandwidth_max_bytes_per_second{PACED}");
         assert_eq!(sample(&text, &min), Some(1e5), "{text}");
         assert_eq!(sample(&text, &max), Some(1.3e6), "{text}");
         // A reload down to one QP: its bursts have no per-QP figures, and the old ones go.
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(4e6)));
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(4e6)));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(sample(&text, &min), None, "{text}");
         assert_eq!(sample(&text, &max), None, "{text}");
@@ -1152,12 +1258,12 @@ mod tests {
     fn paths_removed_by_a_reload_lose_every_series() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Timeout),
         ));
-        recorder.apply(ProbeEvent::Completed(path("node-c"), success(2e9)));
+        recorder.apply(ProbeEvent::completed(path("node-c"), success(2e9)));
         recorder.apply(ProbeEvent::RetainPaths([path("node-c")].into()));
         recorder.apply(ProbeEvent::ConfigLoaded {
             ok: true,
@@ -1194,8 +1300,8 @@ mod tests {
         };
         let record = ProbeRecord::from_outcome(&outcome, 1.0);
         assert_eq!(record.counters.len(), 3, "{:?}", record.counters);
-        recorder.apply(ProbeEvent::Completed(path("node-b"), record.clone()));
-        recorder.apply(ProbeEvent::Completed(path("node-b"), record));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record.clone()));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let series = |side: &str, counter: &str| {
             format!(
@@ -1224,6 +1330,59 @@ mod tests {
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
     }
 
+    #[test]
+    fn other_traffic_adds_up_per_side_and_direction_zero_included() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let outcome = ProbeOutcome {
+            report: Some(crate::burst::BurstStats::new(1, Duration::from_millis(10)).finish()),
+            local_other_traffic: Some(OtherTraffic {
+                transmit_bytes: Some(0),
+                receive_bytes: Some(1_500_000),
+            }),
+            // The responder's port told only what it received.
+            remote_other_traffic: Some(OtherTraffic {
+                transmit_bytes: None,
+                receive_bytes: Some(0),
+            }),
+            ..ProbeOutcome::default()
+        };
+        let record = ProbeRecord::from_outcome(&outcome, 1.0);
+        assert_eq!(record.other_traffic.len(), 3, "{:?}", record.other_traffic);
+        recorder.apply(ProbeEvent::completed(path("node-b"), record.clone()));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record));
+        // A burst whose ports gave no byte counters adds nothing.
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let series = |side: &str, direction: &str| {
+            format!(
+                r#"rdma_probe_port_other_traffic_bytes_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",direction="{direction}"}}"#
+            )
+        };
+        assert_eq!(
+            sample(&text, &series("local", "receive")),
+            Some(3e6),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, &series("local", "transmit")),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, &series("remote", "receive")),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("remote", "transmit")), None, "{text}");
+        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(
+            !text.contains("rdma_probe_port_other_traffic_bytes_total{"),
+            "{text}"
+        );
+    }
+
     /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
     /// deferral) and prints the time and series count; asserts only that every path is there.
     /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
@@ -1238,12 +1397,12 @@ mod tests {
                 peer: format!("node-{:04}", i / 8),
                 peer_device: format!("mlx5_{}", i % 8),
             };
-            recorder.apply(ProbeEvent::Completed(p.clone(), success(1e9 + i as f64)));
-            recorder.apply(ProbeEvent::Completed(
+            recorder.apply(ProbeEvent::completed(p.clone(), success(1e9 + i as f64)));
+            recorder.apply(ProbeEvent::completed(
                 p.clone(),
                 failure(ErrorReason::Timeout),
             ));
-            recorder.apply(ProbeEvent::Completed(
+            recorder.apply(ProbeEvent::completed(
                 p,
                 ProbeRecord {
                     result: ProbeResult::Deferred {
@@ -1254,6 +1413,7 @@ mod tests {
                     setup_seconds: None,
                     at_unix_seconds: 1.0,
                     counters: Vec::new(),
+                    other_traffic: Vec::new(),
                 },
             ));
         }

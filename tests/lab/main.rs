@@ -15,3 +15,4 @@ mod perftest;
 mod port;
 mod probe;
 mod prometheus;
+mod traffic;

@@ -173,7 +173,7 @@ fn completed<'a>(events: &'a [ProbeEvent], peer: &str) -> Vec<(&'a PathLabels, &
     events
         .iter()
         .filter_map(|e| match e {
-            ProbeEvent::Completed(l, r) if l.peer == peer => Some((l, r)),
+            ProbeEvent::Completed(l, r) if l.peer == peer => Some((l, &**r)),
             _ => None,
         })
         .collect()

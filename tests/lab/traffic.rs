@@ -132,14 +132,12 @@ fn other_traffic_shows_on_the_ports_a_background_flow_crosses() {
         scrape(run, "bg-end"),
         scrape(run, "after"),
     );
-    let background = support::parse_perftest(&run.file("node2", "perftest-client.txt"));
     let (quiet_before, _) = per_burst(&base.zero(), &base);
     let (busy, bursts) = per_burst(&start, &end);
     let (quiet_after, _) = per_burst(&end, &after);
     eprintln!(
-        "background ib_write_bw node2 -> node1: {:?} Gb/s\nother traffic per burst, quiet: {}\n\
-         during the background ({bursts:?} bursts): {}\nafter it: {}",
-        background.map(|r| r.bw_average),
+        "other traffic per burst of node1's paths, quiet: {}\nduring a background \
+         ib_write_bw node2 -> node1 ({bursts:?} bursts): {}\nafter it: {}",
         show(&quiet_before),
         show(&busy),
         show(&quiet_after)

@@ -14,6 +14,7 @@ pub mod flow;
 pub mod http;
 pub mod metrics;
 pub mod perftest;
+pub mod placement;
 pub mod port;
 pub mod prober;
 pub mod readiness;

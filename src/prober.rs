@@ -22,6 +22,7 @@ use crate::control::{
 };
 use crate::flow::{self, FlowLabels};
 use crate::metrics::process::process_cpu_seconds;
+use crate::placement::{self, Placement};
 use crate::port::{
     self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, CounterSnapshot, IncreaseStatus,
     OtherTraffic, Sysfs,
@@ -332,7 +333,8 @@ impl WarmSession {
                 // network.
                 let local = &self.settings.local;
                 let ctx = Context::open(local.device.as_deref(), local.port)?;
-                self.device.insert((ctx, BurstWorker::start()?)).clone()
+                let worker = BurstWorker::start(device_placement(ctx.device_name()).await)?;
+                self.device.insert((ctx, worker)).clone()
             }
         };
         Session::establish(ctx, worker, &self.settings).await
@@ -450,10 +452,14 @@ impl Session {
             send_depth: settings.tx_depth,
             recv_depth: 1,
         };
-        // Registering (pinning) a large region is a blocking system call.
-        let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
-            .await
-            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
+        // Registering (pinning) a large region is a blocking system call; on the NIC's NUMA
+        // node, so that the pages it pins are allocated there.
+        let cpus = worker.placement().cpus().map(<[usize]>::to_vec);
+        let mut set = tokio::task::spawn_blocking(move || {
+            placement::with_cpus(cpus.as_deref(), || QpSet::create(ctx, shape, &path))
+        })
+        .await
+        .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
         let device = set.ctx.device_name().to_string();
         let local_rate = set.ctx.port_info().link_rate_bits_per_second;
         let counters = counter_reader(&device, set.ctx.port()).await;
@@ -761,6 +767,22 @@ impl Session {
     }
 }
 
+/// Where `device`'s work goes (a few sysfs reads, on a blocking thread), logged once per device.
+pub async fn device_placement(device: &str) -> Placement {
+    let name = device.to_owned();
+    let placement =
+        tokio::task::spawn_blocking(move || placement::for_device(&Sysfs::system(), &name))
+            .await
+            .unwrap_or(Placement::Anywhere(placement::Anywhere::NoNumaNode));
+    match placement.cpus() {
+        Some(_) => {
+            tracing::info!(device, %placement, "burst thread and session memory on the NIC's NUMA node")
+        }
+        None => tracing::debug!(device, %placement, "burst thread and session memory not placed"),
+    }
+    placement
+}
+
 /// The allowlisted counter files of the session's port, found once per session (on a blocking
 /// thread); `None`, logged, when sysfs has no such port. The device is one the exporter or the
 /// CLI opened, so never an excluded one.
@@ -807,6 +829,9 @@ pub(crate) type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFail
 #[derive(Clone)]
 pub struct BurstWorker {
     jobs: std::sync::mpsc::Sender<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>,
+    /// Where the device's work runs: the thread itself, and the registration of every session's
+    /// memory (docs/architecture.md, "NUMA placement").
+    placement: Placement,
     /// Set at shutdown: the running burst ends at its next check (within ~100 ms), and every
     /// later one fails at once.
     stop: Arc<AtomicBool>,
@@ -819,14 +844,22 @@ impl std::fmt::Debug for BurstWorker {
 }
 
 impl BurstWorker {
-    pub fn start() -> Result<BurstWorker, ProbeError> {
+    /// Starts the burst thread of a device placed at `placement` (its NIC's NUMA node, or
+    /// anywhere: [`crate::placement::for_device`]).
+    pub fn start(placement: Placement) -> Result<BurstWorker, ProbeError> {
         let (jobs, queue) =
             std::sync::mpsc::channel::<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>();
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
+        let cpus = placement.cpus().map(<[usize]>::to_vec);
         std::thread::Builder::new()
             .name("rdma-burst".into())
             .spawn(move || {
+                if let Some(cpus) = cpus {
+                    if let Err(e) = placement::pin_current_thread(&cpus) {
+                        tracing::warn!(error = %e, "the burst thread stays off its NIC's NUMA node");
+                    }
+                }
                 for (mut job, reply) in queue {
                     let result = run_burst(
                         BurstTargets {
@@ -845,7 +878,16 @@ impl BurstWorker {
                 }
             })
             .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
-        Ok(BurstWorker { jobs, stop })
+        Ok(BurstWorker {
+            jobs,
+            placement,
+            stop,
+        })
+    }
+
+    /// Where this device's work runs.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// Ends the running burst of this device (and fails every later one at once): for a

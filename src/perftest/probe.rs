@@ -10,8 +10,10 @@ use tokio::net::TcpStream;
 use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
+use crate::placement;
 use crate::prober::{
-    ensure_port_active, BurstJob, BurstKind, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
+    device_placement, ensure_port_active, BurstJob, BurstKind, BurstWorker, ProbeError,
+    ProbeOutcome, ProbeSettings,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
@@ -74,7 +76,7 @@ async fn run(
     let local = &settings.local;
     let mut ctx = Context::open(local.device.as_deref(), local.port)?;
     ensure_port_active(&mut ctx)?;
-    let worker = BurstWorker::start()?;
+    let worker = BurstWorker::start(device_placement(ctx.device_name()).await)?;
     let path = settings.path_options();
     // One slot per QP: every WRITE lands at the start of the server's buffer for that QP, as
     // perftest's own client does with messages above half a page.
@@ -85,9 +87,12 @@ async fn run(
         send_depth: settings.tx_depth,
         recv_depth: 1,
     };
-    let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
-        .await
-        .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
+    let cpus = worker.placement().cpus().map(<[usize]>::to_vec);
+    let mut set = tokio::task::spawn_blocking(move || {
+        placement::with_cpus(cpus.as_deref(), || QpSet::create(ctx, shape, &path))
+    })
+    .await
+    .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
     outcome.device = Some(set.ctx.device_name().to_string());
     let local_rate = set.ctx.port_info().link_rate_bits_per_second;
     outcome.local_link_rate_bits_per_second = local_rate;

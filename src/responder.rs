@@ -29,6 +29,7 @@ use crate::control::{
     RemoteRegion, SessionAccept, SessionRequest,
 };
 use crate::metrics::{ResponderMetrics, SessionResult};
+use crate::placement::{self, Placement};
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::prober::read_counters;
 use crate::readiness::{Readiness, ReadinessCondition};
@@ -156,6 +157,8 @@ struct Served {
     /// At most one active burst on this device; other probers get `busy` (a burst on another
     /// device does not).
     burst_slot: Arc<AtomicBool>,
+    /// Where the memory of its sessions is registered (docs/architecture.md, "NUMA placement").
+    placement: Placement,
 }
 
 impl Served {
@@ -219,11 +222,16 @@ fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>, ResponderE
         if let Some(i) = device.local.gid_index {
             ctx.gid(i)?;
         }
+        let placement = placement::for_device(&Sysfs::system(), ctx.device_name());
+        if placement.cpus().is_some() {
+            tracing::info!(device = ctx.device_name(), %placement, "session memory on the NIC's NUMA node");
+        }
         let opened = Served {
             ctx,
             rail: device.rail,
             gid_index: device.local.gid_index,
             burst_slot: Arc::new(AtomicBool::new(false)),
+            placement,
         };
         let known: Vec<_> = served.iter().map(|d| d.identity()).collect();
         check_distinct(&known, opened.identity())?;
@@ -872,9 +880,10 @@ fn open_session(
         recv_depth: 1,
         remote: RemoteAccess::Write,
     };
-    let mut set = QpSet::create(ctx, shape, &path)?;
+    let mut set =
+        placement::with_cpus(device.placement.cpus(), || QpSet::create(ctx, shape, &path))?;
     let mtu = set.path_mtu(request.mtu, None);
-    set.connect(&request.endpoints, mtu, &path, false)?;
+    set.connect(&request.endpoints, mtu, &path, false, &[])?;
     let regions = (0..usize::from(qps))
         .map(|q| RemoteRegion {
             addr: set.region_addr(q),

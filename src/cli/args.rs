@@ -632,20 +632,21 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub length: LengthArgs,
 
-    /// Pace the burst: 10Gbps, 1200MiB/s, 50000msg/s or 25% of the link rate (default: unpaced).
+    /// Pace the burst: 10Gbps, 1200MiB/s, 50000msg/s, 25% of the link rate, or `unpaced` (the
+    /// default).
     ///
     /// Bits per second (50Mbps, 10Gbps, 1Tbps), bytes per second (1200MiB/s, 1GiB/s, 500MB/s),
     /// messages per second (50000msg/s) or a percentage of the lower link rate of both ends
     /// (25%). `Gb/s` and `MBps` are refused as ambiguous: write Gbps for bits, GB/s or GiB/s for
-    /// bytes. Without a limit the burst runs as fast as it can, and the target is the lower link
-    /// rate of both ends.
+    /// bytes. Unpaced (no limit, or `unpaced`), the burst is a capacity check: it runs as fast as
+    /// the path goes, and its target is the lower link rate of both ends.
     #[arg(
         long,
         value_name = "RATE",
-        value_parser = parse_rate_limit,
+        value_parser = parse_pace,
         help_heading = "Burst"
     )]
-    pub rate_limit: Option<RateLimit>,
+    pub rate_limit: Option<Pace>,
 
     /// Number of RC QPs the burst is spread over, 1 to 64 (on RoCE v2 each may take its own
     /// ECMP path).
@@ -1000,9 +1001,10 @@ impl ProbeArgs {
         const SUB: &str = "probe";
         let message_size = self.size.bytes();
         let length = self.length.into_length();
+        let rate_limit = self.rate_limit.and_then(Pace::limit);
         // An absolute rate is resolved now so a rate the pacer cannot use is refused up front; a
         // percentage needs both link rates, known only after the handshake.
-        let resolved = match self.rate_limit {
+        let resolved = match rate_limit {
             None | Some(RateLimit::PercentOfLink(_)) => None,
             Some(limit) => Some(limit.resolve(message_size, None).map_err(|e| {
                 usage_error(
@@ -1058,7 +1060,7 @@ impl ProbeArgs {
                 rail: self.peer_rail,
                 message_size,
                 length,
-                rate_limit: self.rate_limit,
+                rate_limit,
                 qps: self.qps,
                 tx_depth: self.tx_depth,
                 cq_mod: self.cq_mod,
@@ -1126,13 +1128,36 @@ fn parse_byte_size(s: &str) -> Result<ByteSize, String> {
     Ok(size)
 }
 
+/// `--rate-limit`: a rate, or `unpaced` (as the config's `rate_limit` takes it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    Limit(RateLimit),
+    Unpaced,
+}
+
+impl Pace {
+    pub fn limit(self) -> Option<RateLimit> {
+        match self {
+            Pace::Limit(limit) => Some(limit),
+            Pace::Unpaced => None,
+        }
+    }
+}
+
+fn parse_pace(s: &str) -> Result<Pace, String> {
+    if s.trim() == "unpaced" {
+        return Ok(Pace::Unpaced);
+    }
+    parse_rate_limit(s).map(Pace::Limit)
+}
+
 fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
     s.parse().map_err(|e: crate::config::UnitError| match e {
         // The unit errors already list the forms; an empty one gets them too.
         crate::config::UnitError::Empty { .. } => {
-            format!("empty rate; expected {RATE_LIMIT_FORMS}")
+            format!("empty rate; expected {RATE_LIMIT_FORMS}; or `unpaced`")
         }
-        e => e.to_string(),
+        e => format!("{e}; or `unpaced`"),
     })
 }
 
@@ -1348,6 +1373,19 @@ mod tests {
             let e = parse_probe(refused).expect_err("refused");
             assert_eq!(e.exit_code(), 2, "{refused:?}: {e}");
         }
+    }
+
+    #[test]
+    fn rate_limit_unpaced_is_a_capacity_check_like_no_limit() {
+        let p = probe(&["--rate-limit", "unpaced"]).unwrap();
+        assert_eq!(p.settings.rate_limit, None);
+        assert_eq!(p.plan.rate(), None);
+        assert_eq!(
+            crate::prober::BurstKind::of(p.settings.rate_limit.as_ref()),
+            crate::prober::BurstKind::Capacity
+        );
+        let e = err(&["--rate-limit", "unpaced-ish"]);
+        assert!(e.contains("`unpaced`"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, watch};
 use super::paths::PathSpec;
 use crate::config::{Device, PeerMode};
 use crate::perftest::{probe_perftest_on, PerftestOptions};
-use crate::prober::{BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession};
+use crate::prober::{
+    device_placement, BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession,
+};
 use crate::schedule::PathKey;
 use crate::verbs::Context;
 
@@ -49,14 +51,15 @@ pub struct DeviceWorker {
 impl DeviceWorker {
     /// Opens the device and its port (and checks a configured GID index), and starts its burst
     /// thread.
-    pub fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
+    pub async fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
         let ctx = Context::open(Some(&device.name), device.port)?;
         if let Some(index) = device.gid_index.index() {
             ctx.gid(index)?;
         }
+        let placement = device_placement(&device.name).await;
         Ok(DeviceWorker {
             ctx,
-            burst: BurstWorker::start()?,
+            burst: BurstWorker::start(placement)?,
             sessions: BTreeMap::new(),
         })
     }

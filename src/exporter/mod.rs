@@ -118,11 +118,12 @@ pub async fn run(
     let mut workers = BTreeMap::new();
     let mut worker_tasks = Vec::new();
     for device in &devices {
-        let worker =
-            device::DeviceWorker::open(device).map_err(|error| ExporterError::OpenDevice {
+        let worker = device::DeviceWorker::open(device).await.map_err(|error| {
+            ExporterError::OpenDevice {
                 device: device.name.clone(),
                 error,
-            })?;
+            }
+        })?;
         let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         workers.insert(device.name.clone(), commands);
         worker_tasks.push(tokio::spawn(worker.run(

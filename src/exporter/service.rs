@@ -246,7 +246,7 @@ impl Service {
         self.log_transition(&key, &outcome);
         let record = ProbeRecord::from_outcome(&outcome, unix_seconds(at));
         let labels = self.labels(&key);
-        self.emit(ProbeEvent::Completed(labels, record)).await;
+        self.emit(ProbeEvent::completed(labels, record)).await;
         self.emit_schedule(&key.device, now).await;
     }
 

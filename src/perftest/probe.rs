@@ -10,10 +10,11 @@ use tokio::net::TcpStream;
 use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
+use crate::placement;
 use crate::port;
 use crate::prober::{
-    counter_reader, ensure_port_active, read_counters, BurstJob, BurstWorker, ProbeError,
-    ProbeOutcome, ProbeSettings,
+    counter_reader, device_placement, ensure_port_active, read_counters, BurstJob, BurstKind,
+    BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
@@ -56,9 +57,13 @@ impl From<ChannelError> for ProbeError {
 /// (`probe --perftest`): opens the local device and a burst thread for this one probe.
 pub async fn probe_perftest(settings: &ProbeSettings, options: &PerftestOptions) -> ProbeOutcome {
     let local = &settings.local;
-    let opened = Context::open(local.device.as_deref(), local.port)
-        .map_err(ProbeError::from)
-        .and_then(|ctx| Ok((ctx, BurstWorker::start()?)));
+    let opened = match Context::open(local.device.as_deref(), local.port) {
+        Ok(ctx) => {
+            let placement = device_placement(ctx.device_name()).await;
+            BurstWorker::start(placement).map(|worker| (ctx, worker))
+        }
+        Err(e) => Err(ProbeError::from(e)),
+    };
     match opened {
         Ok((ctx, worker)) => probe_perftest_on(ctx, &worker, settings, options).await,
         Err(e) => {
@@ -87,6 +92,7 @@ pub async fn probe_perftest_on(
 
 fn fresh_outcome(settings: &ProbeSettings) -> ProbeOutcome {
     ProbeOutcome {
+        kind: BurstKind::of(settings.rate_limit.as_ref()),
         message_size: settings.message_size,
         qps: settings.qps,
         new_session: true,
@@ -114,9 +120,12 @@ async fn run(
         recv_depth: 1,
         remote: RemoteAccess::None,
     };
-    let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
-        .await
-        .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
+    let cpus = worker.placement().cpus().map(<[usize]>::to_vec);
+    let mut set = tokio::task::spawn_blocking(move || {
+        placement::with_cpus(cpus.as_deref(), || QpSet::create(ctx, shape, &path))
+    })
+    .await
+    .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
     outcome.device = Some(set.ctx.device_name().to_string());
     let local_rate = set.ctx.port_info().link_rate_bits_per_second;
     outcome.local_link_rate_bits_per_second = local_rate;
@@ -159,7 +168,7 @@ async fn run(
             gid: k.gid.unwrap_or([0; 16]),
         })
         .collect();
-    set.connect(&endpoints, mtu, &path, true)?;
+    set.connect(&endpoints, mtu, &path, true, &[])?;
     for key in &keys {
         channel.keys(Step::Keys(2), key).await?;
     }

@@ -27,7 +27,8 @@ mod types;
 pub use device::{list_devices, list_devices_filtered, Context, DeviceInfo, LocalPort, PortInfo};
 pub use error::{Resource, Result, VerbsError};
 pub use qp::{
-    PathParams, QpCaps, QueuePair, RemoteAddr, RemoteEndpoint, RtsParams, WriteRequest, MAX_PSN,
+    PathParams, QpCaps, QueuePair, RemoteAddr, RemoteEndpoint, RtsParams, WriteRequest,
+    MAX_FLOW_LABEL, MAX_PSN,
 };
 pub use resources::{Completion, CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess};
 pub use types::{

@@ -8,6 +8,7 @@ mod promtool;
 
 mod baseline;
 mod bench;
+mod capacity;
 mod exporter;
 mod image;
 mod leaks;
@@ -15,3 +16,4 @@ mod perftest;
 mod port;
 mod probe;
 mod prometheus;
+mod traffic;

@@ -64,6 +64,12 @@ impl Config {
             "schedule: duty_cycle {}% per device",
             self.schedule.duty_cycle * 100.0
         )?;
+        writeln!(
+            out,
+            "series: budget {} per-path series, ttl {}",
+            self.series.budget,
+            duration(self.series.ttl)
+        )?;
         let s = &self.selection;
         writeln!(
             out,

@@ -85,6 +85,9 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("a mapping {group_by: LABEL, max_peers: N, sample: N, round: DURATION}")
         }
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
+        ("", "series") => s("a mapping {budget: N, ttl: DURATION}"),
+        ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4500"),
+        ("series", "ttl") => s("a duration from 1m to 7d, e.g. 10m"),
         ("schedule", "duty_cycle") => {
             s("a percentage of wall time each local device may spend bursting, from 0.1% to 100%, e.g. 5%")
         }
@@ -430,6 +433,7 @@ impl Ctx<'_> {
             None => Selection::default(),
         };
         let schedule = self.schedule(raw.schedule.as_ref())?;
+        let series = self.series(raw.series.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
             node,
@@ -443,6 +447,7 @@ impl Ctx<'_> {
             discovery,
             selection,
             schedule,
+            series,
         })
     }
 
@@ -991,6 +996,28 @@ impl Ctx<'_> {
             })?;
         }
         Ok(schedule)
+    }
+
+    fn series(&self, raw: Option<&Spanned<super::file::RawSeries>>) -> Result<Series, ConfigError> {
+        let mut series = Series::default();
+        let Some(raw) = raw else {
+            return Ok(series);
+        };
+        if let Some(b) = &raw.value.budget {
+            series.budget = self.number(b, "series.budget", 1, MAX_SERIES_BUDGET)?;
+        }
+        if let Some(t) = &raw.value.ttl {
+            let ttl = self.duration(t, "series.ttl")?;
+            if !(MIN_SERIES_TTL..=MAX_SERIES_TTL).contains(&ttl) {
+                return Err(self.invalid(
+                    self.pos(t),
+                    "series.ttl",
+                    format!("{} is out of range", humantime::format_duration(ttl)),
+                ));
+            }
+            series.ttl = ttl;
+        }
+        Ok(series)
     }
 
     fn rate_limit(&self, scalar: &Scalar, path: &str) -> Result<Option<RateLimit>, ConfigError> {

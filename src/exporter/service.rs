@@ -253,9 +253,10 @@ impl Service {
         if known == Some(peer_device) {
             return;
         }
+        let old = self.labels(key);
         self.peer_devices
             .insert(key.clone(), peer_device.to_owned());
-        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+        self.emit(ProbeEvent::ForgetPath(old)).await;
     }
 
     fn log_transition(&mut self, key: &PathKey, outcome: &crate::prober::ProbeOutcome) {
@@ -320,6 +321,21 @@ impl Service {
             self.selector = old_selector;
             return Err(e);
         }
+        // Paths to peers no longer in the config lose their series now; the others keep them
+        // (until they have not been probed for the series TTL, when out of the selection).
+        let peers: BTreeSet<String> = self
+            .config
+            .active_peers()
+            .map(|p| p.name().to_owned())
+            .collect();
+        self.peer_devices.retain(|k, _| peers.contains(&k.peer));
+        self.emit(ProbeEvent::RetainPeers(peers)).await;
+        let series = self.config.series();
+        self.emit(ProbeEvent::SeriesBudget {
+            limit: series.budget,
+            ttl: series.ttl,
+        })
+        .await;
         self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
         Ok(())
     }
@@ -366,7 +382,6 @@ impl Service {
         self.specs = specs;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
-        self.peer_devices.retain(|k, _| self.specs.contains_key(k));
         self.failing.retain(|k| self.specs.contains_key(k));
         for (device, worker) in &self.workers {
             let mine = self
@@ -377,7 +392,17 @@ impl Service {
                 .collect();
             let _ = worker.send(DeviceCommand::Retain(mine)).await;
         }
-        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+        let selection = self
+            .specs
+            .values()
+            .map(|s| {
+                (
+                    (s.key.device.clone(), s.key.peer.clone()),
+                    s.role.is_preferred(),
+                )
+            })
+            .collect();
+        self.emit(ProbeEvent::Selection(selection)).await;
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;
@@ -425,10 +450,6 @@ impl Service {
                 .cloned()
                 .unwrap_or_else(|| UNKNOWN_PEER_DEVICE.to_owned()),
         }
-    }
-
-    fn all_labels(&self) -> BTreeSet<PathLabels> {
-        self.specs.keys().map(|k| self.labels(k)).collect()
     }
 
     async fn emit_schedule(&self, device: &str, now: Duration) {

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +20,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use super::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL};
 use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
@@ -234,8 +236,17 @@ pub enum ProbeEvent {
     Attempt(PathLabels),
     /// A probe of this path ended.
     Completed(PathLabels, ProbeRecord),
-    /// After a (re)load: only these paths exist; every series of any other path goes.
-    RetainPaths(BTreeSet<PathLabels>),
+    /// After a (re)load: only these peers are candidates; every series of a path to any other
+    /// peer goes.
+    RetainPeers(BTreeSet<String>),
+    /// The path's series go (its peer answered with another device: they move to new labels).
+    ForgetPath(PathLabels),
+    /// This round's selection: (device, peer) of each selected path, and whether the series
+    /// budget prefers it (a same-group or full-mesh path). A path out of the selection leaves
+    /// `/metrics` once it has not been probed for the TTL.
+    Selection(BTreeMap<(String, String), bool>),
+    /// The series budget's limits (docs/metrics.md, "Series budget").
+    SeriesBudget { limit: usize, ttl: Duration },
     /// A config (re)load: whether it succeeded, and when.
     ConfigLoaded { ok: bool, at_unix_seconds: f64 },
     /// A probe of this path was held back (not a failure, not a run).
@@ -314,6 +325,10 @@ pub struct ProbeFamilies {
     duty_cycle_budget: FloatGauge,
     demand: Family<DeviceLabels, FloatGauge>,
     stretch: Family<DeviceLabels, FloatGauge>,
+    path_series: Gauge,
+    path_series_budget: Gauge,
+    budget_dropped: Counter,
+    traffic_shed: Gauge,
     ports: PortFamilies,
 }
 
@@ -345,6 +360,10 @@ impl ProbeFamilies {
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
             stretch: Family::default(),
+            path_series: Gauge::default(),
+            path_series_budget: Gauge::default(),
+            budget_dropped: Counter::default(),
+            traffic_shed: Gauge::default(),
             ports: PortFamilies::register(registry),
         };
         let f = &families;
@@ -466,6 +485,27 @@ impl ProbeFamilies {
             "1 when the device's paths fit its budget, else how much longer every interval is",
             f.stretch.clone()
         );
+        add!(
+            "path_series",
+            "Per-path series on /metrics now: what the series budget counts",
+            f.path_series.clone()
+        );
+        add!(
+            "path_series_budget",
+            "Most per-path series this node keeps on /metrics",
+            f.path_series_budget.clone()
+        );
+        add!(
+            "series_budget_dropped_paths",
+            "Paths taken off /metrics, or kept off it, because the series budget was full",
+            f.budget_dropped.clone()
+        );
+        add!(
+            "series_budget_traffic_shed",
+            "1 while the series budget keeps the per-path port traffic increases (bytes, \
+             packets) off /metrics",
+            f.traffic_shed.clone()
+        );
         families
     }
 }
@@ -478,7 +518,56 @@ struct SeriesOfPath {
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
     counters: BTreeSet<(&'static str, &'static str)>,
+    /// The last-burst gauges and the byte and message counters exist (a burst moved data).
+    figures: bool,
+    target: bool,
+    setup: bool,
+    last_success: bool,
 }
+
+impl SeriesOfPath {
+    /// How many series the path has, split as the series budget counts them.
+    fn count(&self) -> PathSeries {
+        let traffic = self.counters.iter().filter(|(_, c)| is_traffic(c)).count();
+        // `success`; once a burst moved data, the bandwidth, min-window, gap and message-rate
+        // gauges and the byte and message counters (6).
+        let base = 1
+            + 6 * usize::from(self.figures)
+            + usize::from(self.target)
+            + usize::from(self.setup)
+            + usize::from(self.last_success)
+            + self.results.len()
+            + self.errors.len()
+            + self.deferred.len()
+            + self.counters.len()
+            - traffic;
+        PathSeries {
+            base,
+            detail: traffic,
+        }
+    }
+}
+
+/// A port counter of the traffic kinds (bytes, packets): what the series budget sheds first.
+fn is_traffic(label: &str) -> bool {
+    use crate::port::CounterKind as K;
+    crate::port::by_label(label).is_some_and(|spec| {
+        matches!(
+            spec.kind,
+            K::XmitBytes | K::RcvBytes | K::XmitPackets | K::RcvPackets
+        )
+    })
+}
+
+/// Now, as the series budget counts time.
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// How often the recorder takes stale paths off `/metrics`.
+const EXPIRE_EVERY: Duration = Duration::from_secs(30);
 
 /// The owner of the probe families: applies events, one at a time.
 #[derive(Debug)]
@@ -487,15 +576,32 @@ pub struct ProbeRecorder {
     series: BTreeMap<PathLabels, SeriesOfPath>,
     port_series: PortSeries,
     snapshot: PathSnapshot,
+    budget: SeriesBudget<PathLabels>,
+    /// The selection: (device, peer) → preferred by the budget.
+    selection: BTreeMap<(String, String), bool>,
+    /// Every candidate peer's static labels; `peer_info` shows those of the peers selected or
+    /// with a path on `/metrics`.
+    peer_labels: BTreeMap<String, Vec<(String, String)>>,
+    shown_peers: BTreeSet<String>,
+    /// The budget's first drop since its last reset has been logged.
+    warned: bool,
 }
 
 impl ProbeRecorder {
     pub fn new(families: ProbeFamilies) -> Self {
+        families
+            .path_series_budget
+            .set(i64::try_from(DEFAULT_SERIES_BUDGET).unwrap_or(i64::MAX));
         ProbeRecorder {
             families,
             series: BTreeMap::new(),
             port_series: PortSeries::default(),
             snapshot: PathSnapshot::default(),
+            budget: SeriesBudget::new(DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL),
+            selection: BTreeMap::new(),
+            peer_labels: BTreeMap::new(),
+            shown_peers: BTreeSet::new(),
+            warned: false,
         }
     }
 
@@ -504,18 +610,62 @@ impl ProbeRecorder {
         Arc::clone(&self.snapshot)
     }
 
-    /// Applies events until every sender is gone.
+    /// Applies events until every sender is gone; takes stale paths off `/metrics` meanwhile.
     pub async fn run(mut self, mut events: tokio::sync::mpsc::Receiver<ProbeEvent>) {
-        while let Some(event) = events.recv().await {
-            self.apply(event);
+        let mut expiry = tokio::time::interval(EXPIRE_EVERY);
+        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => self.apply(event),
+                    None => return,
+                },
+                _ = expiry.tick() => self.expire(unix_now()),
+            }
         }
     }
 
     pub fn apply(&mut self, event: ProbeEvent) {
+        self.apply_at(event, unix_now());
+    }
+
+    /// Applies `event` at `now` (unix time; the series budget's clock).
+    pub fn apply_at(&mut self, event: ProbeEvent, now: Duration) {
         match event {
             ProbeEvent::Attempt(path) => self.on_attempt(path),
-            ProbeEvent::Completed(path, record) => self.on_completed(path, record),
-            ProbeEvent::RetainPaths(keep) => self.retain(&keep),
+            ProbeEvent::Completed(path, record) => {
+                self.on_completed(path.clone(), record);
+                self.account(&path, now);
+            }
+            ProbeEvent::RetainPeers(peers) => {
+                let gone: Vec<PathLabels> = self
+                    .series
+                    .keys()
+                    .filter(|p| !peers.contains(&p.peer))
+                    .cloned()
+                    .collect();
+                for path in gone {
+                    self.remove_path(&path);
+                }
+                self.peer_labels.retain(|p, _| peers.contains(p));
+                self.refresh_peer_info();
+            }
+            ProbeEvent::ForgetPath(path) => {
+                self.remove_path(&path);
+                self.refresh_peer_info();
+            }
+            ProbeEvent::Selection(selection) => {
+                self.selection = selection;
+                self.refresh_peer_info();
+            }
+            ProbeEvent::SeriesBudget { limit, ttl } => {
+                self.budget.reset(limit, ttl);
+                self.warned = false;
+                self.families.traffic_shed.set(0);
+                self.families
+                    .path_series_budget
+                    .set(i64::try_from(limit).unwrap_or(i64::MAX));
+            }
             ProbeEvent::ConfigLoaded {
                 ok,
                 at_unix_seconds,
@@ -525,7 +675,10 @@ impl ProbeRecorder {
                     self.families.last_reload.set(at_unix_seconds);
                 }
             }
-            ProbeEvent::Deferred(path, reason) => self.on_deferred(path, reason),
+            ProbeEvent::Deferred(path, reason) => {
+                self.on_deferred(path.clone(), reason);
+                self.account(&path, now);
+            }
             ProbeEvent::Info(info) => self.on_info(info),
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
@@ -547,9 +700,123 @@ impl ProbeRecorder {
         f.node_info.clear();
         f.node_info.get_or_create(&info.node).set(1);
         f.peer_info.clear();
-        for peer in &info.peers {
-            f.peer_info.get_or_create(peer).set(1);
+        self.shown_peers.clear();
+        self.peer_labels = info
+            .peers
+            .into_iter()
+            .filter_map(|labels| {
+                let name = labels.iter().find(|(k, _)| k == "peer")?.1.clone();
+                Some((name, labels))
+            })
+            .collect();
+        self.refresh_peer_info();
+    }
+
+    /// `peer_info` for the peers selected or with a path on `/metrics`, no other: a cluster's
+    /// candidate list is every node, and one series per node on every node would be the
+    /// cluster's size squared.
+    fn refresh_peer_info(&mut self) {
+        let wanted: BTreeSet<&String> = self
+            .selection
+            .keys()
+            .map(|(_, peer)| peer)
+            .chain(self.series.keys().map(|p| &p.peer))
+            .filter(|p| self.peer_labels.contains_key(*p))
+            .collect();
+        let f = &self.families;
+        for gone in self.shown_peers.iter().filter(|p| !wanted.contains(p)) {
+            if let Some(labels) = self.peer_labels.get(gone) {
+                f.peer_info.remove(labels);
+            }
         }
+        for peer in wanted.iter().filter(|p| !self.shown_peers.contains(**p)) {
+            if let Some(labels) = self.peer_labels.get(*peer) {
+                f.peer_info.get_or_create(labels).set(1);
+            }
+        }
+        self.shown_peers = wanted.into_iter().cloned().collect();
+    }
+
+    /// The series budget's verdict on `path` after a result: make room, shed the traffic
+    /// counters, or keep the path off (docs/metrics.md, "Series budget").
+    fn account(&mut self, path: &PathLabels, now: Duration) {
+        let Some(series) = self.series.get(path).map(SeriesOfPath::count) else {
+            return;
+        };
+        let preferred = self
+            .selection
+            .get(&(path.device.clone(), path.peer.clone()))
+            .copied()
+            .unwrap_or(false);
+        let dropped_before = self.budget.dropped();
+        let admission = self.budget.record(path.clone(), now, preferred, series);
+        if admission.shed_detail {
+            self.shed_traffic();
+            tracing::warn!(
+                budget = self.budget.limit(),
+                "series budget reached: the per-path port traffic increases (bytes, packets) \
+                 leave /metrics until the next reload (logged once)"
+            );
+        }
+        for evicted in &admission.evicted {
+            self.remove_path(evicted);
+        }
+        if !admission.admitted {
+            self.remove_path(path);
+        }
+        let dropped = self.budget.dropped() - dropped_before;
+        if dropped > 0 {
+            self.families.budget_dropped.inc_by(dropped);
+            if !self.warned {
+                self.warned = true;
+                tracing::warn!(
+                    budget = self.budget.limit(),
+                    path = ?path,
+                    "series budget full: paths leave /metrics, sampled ones probed longest ago \
+                     first (rdma_probe_series_budget_dropped_paths_total; logged once)"
+                );
+            }
+        }
+        if !admission.evicted.is_empty() || !admission.admitted {
+            self.refresh_peer_info();
+        }
+        self.families
+            .path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+    }
+
+    /// Takes off `/metrics` the paths out of the selection not probed for the TTL.
+    pub fn expire(&mut self, now: Duration) {
+        let selection = &self.selection;
+        let stale = self.budget.expire(now, |p| {
+            selection.contains_key(&(p.device.clone(), p.peer.clone()))
+        });
+        if stale.is_empty() {
+            return;
+        }
+        for path in &stale {
+            self.remove_path(path);
+        }
+        self.refresh_peer_info();
+        self.families
+            .path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+    }
+
+    /// Removes the traffic port counters of every path, once the budget needs their room.
+    fn shed_traffic(&mut self) {
+        let f = &self.families;
+        for (path, series) in &mut self.series {
+            series.counters.retain(|(side, counter)| {
+                if is_traffic(counter) {
+                    f.port_counters.remove(&counter_labels(path, side, counter));
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        f.traffic_shed.set(1);
     }
 
     fn on_schedule(&mut self, figures: DeviceScheduleFigures) {
@@ -592,6 +859,7 @@ impl ProbeRecorder {
         let series = self.series.entry(path.clone()).or_default();
         if let Some(setup) = record.setup_seconds {
             f.setup.get_or_create(&path).set(setup);
+            series.setup = true;
         }
         let figures = match &record.result {
             ProbeResult::Deferred { reason } => {
@@ -607,6 +875,7 @@ impl ProbeRecorder {
                 f.last_success
                     .get_or_create(&path)
                     .set(record.at_unix_seconds);
+                series.last_success = true;
                 count_run(f, series, &path, "success");
                 Some(figures)
             }
@@ -621,7 +890,12 @@ impl ProbeRecorder {
                 figures.as_ref()
             }
         };
-        for c in &record.counters {
+        let shed = self.budget.detail_shed();
+        for c in record
+            .counters
+            .iter()
+            .filter(|c| !(shed && is_traffic(c.counter)))
+        {
             let side = c.side.as_str();
             f.port_counters
                 .get_or_create(&counter_labels(&path, side, c.counter))
@@ -629,6 +903,8 @@ impl ProbeRecorder {
             series.counters.insert((side, c.counter));
         }
         if let Some(figures) = figures {
+            series.figures = true;
+            series.target |= record.target_bytes_per_second.is_some();
             self.record_figures(&path, figures, record.target_bytes_per_second);
         }
         self.update_table(path, record);
@@ -679,46 +955,42 @@ impl ProbeRecorder {
         state.last = Some(record);
     }
 
-    /// Removes every series of every path not in `keep`.
-    fn retain(&mut self, keep: &BTreeSet<PathLabels>) {
-        let gone: Vec<PathLabels> = self
-            .series
-            .keys()
-            .filter(|p| !keep.contains(*p))
-            .cloned()
-            .collect();
+    /// Removes every series of `path` (and its row of the status page).
+    fn remove_path(&mut self, path: &PathLabels) {
+        let Some(series) = self.series.remove(path) else {
+            return;
+        };
+        self.budget.remove(path);
         let f = &self.families;
-        for path in gone {
-            let series = self.series.remove(&path).unwrap_or_default();
-            for family in [
-                &f.bandwidth,
-                &f.min_window,
-                &f.gap_max,
-                &f.target,
-                &f.message_rate,
-                &f.setup,
-                &f.last_success,
-            ] {
-                family.remove(&path);
-            }
-            f.success.remove(&path);
-            f.bytes.remove(&path);
-            f.messages.remove(&path);
-            for result in series.results {
-                f.runs.remove(&result_labels(&path, result));
-            }
-            for reason in series.errors {
-                f.errors.remove(&reason_labels(&path, reason));
-            }
-            for reason in series.deferred {
-                f.deferred.remove(&reason_labels(&path, reason));
-            }
-            for (side, counter) in series.counters {
-                f.port_counters
-                    .remove(&counter_labels(&path, side, counter));
-            }
-            self.table().remove(&path);
+        for family in [
+            &f.bandwidth,
+            &f.min_window,
+            &f.gap_max,
+            &f.target,
+            &f.message_rate,
+            &f.setup,
+            &f.last_success,
+        ] {
+            family.remove(path);
         }
+        f.success.remove(path);
+        f.bytes.remove(path);
+        f.messages.remove(path);
+        for result in series.results {
+            f.runs.remove(&result_labels(path, result));
+        }
+        for reason in series.errors {
+            f.errors.remove(&reason_labels(path, reason));
+        }
+        for reason in series.deferred {
+            f.deferred.remove(&reason_labels(path, reason));
+        }
+        for (side, counter) in series.counters {
+            f.port_counters.remove(&counter_labels(path, side, counter));
+        }
+        self.table().remove(path);
+        f.path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
     }
 
     fn table(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<PathLabels, PathState>> {
@@ -999,6 +1271,110 @@ mod tests {
     }
 
     #[test]
+    fn the_series_budget_sheds_traffic_then_evicts_the_oldest_sampled_path() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let at = |s: u64| Duration::from_secs(1_700_000_000 + s);
+        recorder.apply_at(
+            ProbeEvent::SeriesBudget {
+                limit: 40,
+                ttl: Duration::from_secs(600),
+            },
+            at(0),
+        );
+        let selected = |peers: &[(&str, bool)]| {
+            ProbeEvent::Selection(
+                peers
+                    .iter()
+                    .map(|(p, preferred)| (("mlx5_0".to_owned(), (*p).to_owned()), *preferred))
+                    .collect(),
+            )
+        };
+        recorder.apply_at(
+            selected(&[("a", true), ("b", true), ("c", false), ("d", false)]),
+            at(0),
+        );
+        let peer = |name: &str| vec![("peer".to_owned(), name.to_owned())];
+        recorder.apply_at(
+            ProbeEvent::Info(InfoLabels {
+                node: vec![("node".into(), "n".into())],
+                peers: ["a", "b", "c", "d", "e"].iter().map(|p| peer(p)).collect(),
+            }),
+            at(0),
+        );
+        // A healthy path: 11 series of its own, 2 traffic counters.
+        let healthy = || {
+            let mut r = success(1e9);
+            r.counters = vec![
+                CounterRecord::new(Side::Local, "port_xmit_data", 100).unwrap(),
+                CounterRecord::new(Side::Remote, "port_rcv_data", 100).unwrap(),
+            ];
+            r
+        };
+        for (i, p) in ["a", "b", "c"].iter().enumerate() {
+            recorder.apply_at(ProbeEvent::Completed(path(p), healthy()), at(1 + i as u64));
+        }
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(39.0));
+        assert_eq!(sample(&text, "rdma_probe_path_series_budget"), Some(40.0));
+        assert!(
+            !text.contains(r#"peer_info{peer="e"}"#),
+            "only selected peers: {text}"
+        );
+        assert!(text.contains(r#"peer_info{peer="d"}"#), "{text}");
+
+        // d does not fit: the traffic counters go (26 + 6 + 11 = 44), then the oldest sampled
+        // path, c.
+        recorder.apply_at(ProbeEvent::Completed(path("d"), healthy()), at(10));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
+        assert!(
+            !text.contains(r#"rdma_probe_success{device="mlx5_0",peer="c""#),
+            "c evicted: {text}"
+        );
+        assert!(
+            text.contains(r#"peer_info{peer="c"}"#),
+            "c is still selected"
+        );
+        assert!(text.contains(r#"rdma_probe_success{device="mlx5_0",peer="d""#));
+        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(33.0));
+        assert_eq!(
+            sample(&text, "rdma_probe_series_budget_traffic_shed"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(1.0)
+        );
+        // Shed until a reload: a new result brings no traffic counter back.
+        recorder.apply_at(ProbeEvent::Completed(path("a"), healthy()), at(20));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
+
+        // The next round selects only a and b: d stays until the TTL after its last probe.
+        recorder.apply_at(selected(&[("a", true), ("b", true)]), at(600));
+        recorder.expire(at(600));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(text.contains(r#"peer="d""#), "{text}");
+        recorder.expire(at(611));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(
+            !text.contains(r#"peer="d""#),
+            "expired, peer_info too: {text}"
+        );
+        assert!(
+            text.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
+            "{text}"
+        );
+        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(22.0));
+        assert_eq!(
+            sample(&text, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(1.0),
+            "expiry is not a drop"
+        );
+    }
+
+    #[test]
     fn paths_removed_by_a_reload_lose_every_series() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
@@ -1008,7 +1384,7 @@ mod tests {
             failure(ErrorReason::Timeout),
         ));
         recorder.apply(ProbeEvent::Completed(path("node-c"), success(2e9)));
-        recorder.apply(ProbeEvent::RetainPaths([path("node-c")].into()));
+        recorder.apply(ProbeEvent::RetainPeers(["node-c".to_owned()].into()));
         recorder.apply(ProbeEvent::ConfigLoaded {
             ok: true,
             at_unix_seconds: 9.0,
@@ -1069,7 +1445,7 @@ mod tests {
             !text.contains("out_of_seq_request"),
             "a zero creates no series: {text}"
         );
-        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
     }

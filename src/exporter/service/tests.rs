@@ -203,8 +203,8 @@ async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_wit
         .await;
 
     assert!(
-        matches!(events.first(), Some(ProbeEvent::RetainPaths(_))),
-        "the path set first: {:?}",
+        matches!(events.first(), Some(ProbeEvent::Selection(s)) if s.len() == 2 && s.values().all(|preferred| *preferred)),
+        "the selection first, every path of a full mesh preferred by the series budget: {:?}",
         events.first()
     );
     assert!(events
@@ -228,8 +228,9 @@ async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_wit
         assert_eq!(l, &labels("node2", "mlx5_7"));
         assert!(matches!(r.result, ProbeResult::Success { .. }), "{r:?}");
     }
-    assert!(events.iter().any(|e| matches!(e, ProbeEvent::RetainPaths(keep)
-        if keep.contains(&labels("node2", "mlx5_7")) && !keep.contains(&labels("node2", UNKNOWN_PEER_DEVICE)))));
+    assert!(events.iter().any(
+        |e| matches!(e, ProbeEvent::ForgetPath(gone) if *gone == labels("node2", UNKNOWN_PEER_DEVICE))
+    ));
 
     // node3 never answered: its failures stay under `unknown`, each one counted.
     for (l, r) in completed(&events, "node3") {
@@ -282,14 +283,11 @@ async fn a_reload_removes_a_peers_paths_and_a_broken_file_changes_nothing() {
     let retained = events
         .iter()
         .find_map(|e| match e {
-            ProbeEvent::RetainPaths(keep) => Some(keep.clone()),
+            ProbeEvent::RetainPeers(keep) => Some(keep.clone()),
             _ => None,
         })
-        .expect("the reload tells the recorder which paths stay");
-    assert_eq!(
-        retained.into_iter().collect::<Vec<_>>(),
-        vec![labels("node2", "mlx5_7")]
-    );
+        .expect("the reload tells the recorder which peers stay");
+    assert_eq!(retained.into_iter().collect::<Vec<_>>(), vec!["node2"]);
     assert!(attempts(&events, "node3").is_empty(), "{events:#?}");
 
     // A broken file: refused with its error, the old config keeps probing.

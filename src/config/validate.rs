@@ -93,7 +93,7 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         }
         ("selection", "group_by") => s("a label name, e.g. tor"),
         ("selection", "sample") => {
-            s("a whole number of other-group peers per device and round, from 0 to 100000, e.g. 12")
+            s("a whole number of other-group peers per device and round, from 0 to 100000, e.g. 10")
         }
         ("selection", "max_peers") => s("a whole number of peers from 1 to 100000, e.g. 32"),
         ("selection", "round") => s("a duration from 1m to 24h, e.g. 10m"),

@@ -198,11 +198,18 @@ impl Service {
             Attempt::BusyRetry(_) => self.regular_probes.get(&dispatch.key).copied().unwrap_or(1),
         };
         let request = spec.burst_request(n);
+        // A session idle longer than the responder keeps it would be closed there before the
+        // next probe: close it now and free the responder's slot (docs/scale.md, "Sessions").
+        let keep_warm = self
+            .scheduler
+            .path_status(&dispatch.key)
+            .is_some_and(|s| s.effective_interval < super::IDLE_TIMEOUT);
         let sent = match self.workers.get(&dispatch.key.device) {
             Some(worker) => worker
                 .send(DeviceCommand::Probe {
                     spec: Box::new(spec),
                     request,
+                    keep_warm,
                 })
                 .await
                 .is_ok(),

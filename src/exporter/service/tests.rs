@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::burst::BurstReport;
@@ -32,13 +33,18 @@ peers:
 async fn scripted_worker(
     mut commands: mpsc::Receiver<DeviceCommand>,
     finished: mpsc::Sender<ProbeFinished>,
+    kept_warm: Arc<Mutex<Vec<bool>>>,
 ) {
     // Result times on the paused clock.
     let base = tokio::time::Instant::now();
     while let Some(command) = commands.recv().await {
-        let DeviceCommand::Probe { spec, .. } = command else {
+        let DeviceCommand::Probe {
+            spec, keep_warm, ..
+        } = command
+        else {
             continue;
         };
+        kept_warm.lock().unwrap().push(keep_warm);
         let outcome = if spec.key.peer == "node2" {
             ProbeOutcome {
                 report: Some(report()),
@@ -84,6 +90,8 @@ fn report() -> BurstReport {
 
 struct Harness {
     dir: PathBuf,
+    /// `keep_warm` of every probe the worker was given.
+    kept_warm: Arc<Mutex<Vec<bool>>>,
     events: mpsc::Receiver<ProbeEvent>,
     reloads: mpsc::Sender<ReloadRequest>,
     _stop: oneshot::Sender<()>,
@@ -102,7 +110,12 @@ impl Harness {
         };
         let (commands, commands_rx) = mpsc::channel(16);
         let (finished, finished_rx) = mpsc::channel(16);
-        tokio::spawn(scripted_worker(commands_rx, finished));
+        let kept_warm = Arc::default();
+        tokio::spawn(scripted_worker(
+            commands_rx,
+            finished,
+            Arc::clone(&kept_warm),
+        ));
         let (events, events_rx) = mpsc::channel(1024);
         let scheduler = Scheduler::new(1, ScheduleConfig::with_duty_cycle(0.5)).unwrap();
         let service = Service::start(ServiceParts {
@@ -122,6 +135,7 @@ impl Harness {
         }));
         Harness {
             dir,
+            kept_warm,
             events: events_rx,
             reloads,
             _stop: stop,
@@ -304,4 +318,23 @@ async fn a_reload_removes_a_peers_paths_and_a_broken_file_changes_nothing() {
         .iter()
         .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: true, .. })));
     assert!(attempts(&events, "node3").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_stay_warm_only_when_the_next_probe_comes_before_the_responder_drops_them() {
+    let mut h = Harness::start("warm").await;
+    h.events_until(|e| completed(e, "node2").len() >= 2).await;
+    assert!(
+        h.kept_warm.lock().unwrap().iter().all(|k| *k),
+        "10 s intervals"
+    );
+    // Every 6 minutes: longer than the responder keeps an idle session (the next probes are
+    // still due at the old times; the longer interval applies after them).
+    h.reload(&CONFIG.replace("interval: 10s", "interval: 6m"))
+        .await
+        .expect("a good file is taken");
+    h.kept_warm.lock().unwrap().clear();
+    h.events_until(|e| completed(e, "node2").len() >= 1).await;
+    let kept = h.kept_warm.lock().unwrap().clone();
+    assert!(!kept.is_empty() && kept.iter().all(|k| !*k), "{kept:?}");
 }

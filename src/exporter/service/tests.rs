@@ -334,7 +334,7 @@ async fn sessions_stay_warm_only_when_the_next_probe_comes_before_the_responder_
         .await
         .expect("a good file is taken");
     h.kept_warm.lock().unwrap().clear();
-    h.events_until(|e| completed(e, "node2").len() >= 1).await;
+    h.events_until(|e| !completed(e, "node2").is_empty()).await;
     let kept = h.kept_warm.lock().unwrap().clone();
     assert!(!kept.is_empty() && kept.iter().all(|k| !*k), "{kept:?}");
 }

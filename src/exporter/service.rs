@@ -352,13 +352,25 @@ impl Service {
     async fn select_paths(&mut self) -> Result<(), String> {
         let round = self.selector.round_at(unix_time(SystemTime::now()));
         let mut selected = self.selector.fixed_paths(round);
-        let mut rotation = self.rotation.clone();
+        let mut rotation = if self.selector.is_full_mesh() {
+            // Every path is selected: nothing waits.
+            Rotation::new()
+        } else {
+            self.rotation.clone()
+        };
         let wanted = self.selector.sampled_paths(round);
         rotation.advance(round, wanted.into_iter().map(|s| s.key).collect());
-        selected.extend(rotation.sampled().map(|key| Selected {
-            key: key.clone(),
-            role: Role::Sampled,
-        }));
+        // A path still waiting from before a reload may now be one of the node's group.
+        let fixed: BTreeSet<PathKey> = selected.iter().map(|s| s.key.clone()).collect();
+        selected.extend(
+            rotation
+                .sampled()
+                .filter(|k| !fixed.contains(*k))
+                .map(|key| Selected {
+                    key: key.clone(),
+                    role: Role::Sampled,
+                }),
+        );
         let specs = path_specs(&self.config, &self.devices, &self.auth, &selected);
         let selected: Vec<_> = selected
             .into_iter()

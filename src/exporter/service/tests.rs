@@ -338,3 +338,60 @@ async fn sessions_stay_warm_only_when_the_next_probe_comes_before_the_responder_
     let kept = h.kept_warm.lock().unwrap().clone();
     assert!(!kept.is_empty() && kept.iter().all(|k| !*k), "{kept:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
+    // Three peers with max_peers 1: the node's ToR (node2) and a sample of the other (node3).
+    let rotating = CONFIG
+        .replace(
+            "schedule: {duty_cycle: 50%}",
+            "schedule: {duty_cycle: 50%}\nselection: {max_peers: 1, sample: 1}",
+        )
+        .replace(
+            "{name: node1, address: 192.0.2.11}",
+            "{name: node1, address: 192.0.2.11, labels: {tor: a}}",
+        )
+        .replace(
+            "{name: node2, address: 192.0.2.12, labels: {rack: r2}}",
+            "{name: node2, address: 192.0.2.12, labels: {rack: r2, tor: a}}",
+        )
+        .replace(
+            "{name: node3, address: 192.0.2.13}",
+            "{name: node3, address: 192.0.2.13, labels: {tor: b}}",
+        )
+        .replace(
+            "peers:\n",
+            "peers:\n  - {name: node4, address: 192.0.2.14, labels: {tor: b}}\n",
+        );
+    let mut h = Harness::start("rotate").await;
+    h.reload(&rotating).await.expect("a good file is taken");
+    let events = h.events_until(|e| !completed(e, "node2").is_empty()).await;
+    let selection = events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ProbeEvent::Selection(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("a selection");
+    assert_eq!(
+        selection.get(&("rxe0".to_owned(), "node2".to_owned())),
+        Some(&true),
+        "the node's ToR, preferred: {selection:?}"
+    );
+    assert!(
+        selection
+            .iter()
+            .any(|((_, p), preferred)| (p == "node3" || p == "node4") && !preferred),
+        "one peer of the other ToR, sampled: {selection:?}"
+    );
+    assert_eq!(selection.len(), 2, "{selection:?}");
+    // Back to the full mesh, whatever was waiting: every peer, and probing goes on.
+    h.reload(CONFIG).await.expect("a good file is taken");
+    let events = h
+        .events_until(|e| completed(e, "node2").len() >= 2 && !completed(e, "node3").is_empty())
+        .await;
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ProbeEvent::Selection(s) if s.len() == 2 && s.values().all(|p| *p))));
+}

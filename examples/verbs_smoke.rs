@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use rdma_probe_exporter::verbs::{
     self, wc_opcode, Completion, CompletionQueue, Context, LinkLayer, MemoryRegion, PathParams,
-    QpCaps, QueuePair, RemoteAddr, RemoteEndpoint, RtsParams, VerbsError, WcStatus, WriteRequest,
-    MAX_PSN,
+    QpCaps, QueuePair, RemoteAccess, RemoteAddr, RemoteEndpoint, RtsParams, VerbsError, WcStatus,
+    WriteRequest, MAX_PSN,
 };
 
 const MSG: usize = 64 * 1024;
@@ -163,9 +163,9 @@ fn run(device: Option<&str>, port: u8) -> Result<(), Failure> {
 
     // 3. Resources.
     let pd = ctx.alloc_pd()?;
-    let mut src = pd.register(MSG * SRC_SLOTS)?;
+    let mut src = pd.register(MSG * SRC_SLOTS, RemoteAccess::None)?;
     let dst_len = MSG * COUNT as usize + IMM_LEN as usize;
-    let dst = pd.register(dst_len)?;
+    let dst = pd.register(dst_len, RemoteAccess::Write)?;
     for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
         *b = pattern(i / MSG, i % MSG);
     }
@@ -219,8 +219,8 @@ fn run(device: Option<&str>, port: u8) -> Result<(), Failure> {
         lid: info.lid,
     };
     let path = PathParams::new(mtu, sgid);
-    qp_a.to_init(ctx.port(), 0)?;
-    qp_b.to_init(ctx.port(), 0)?;
+    qp_a.to_init(ctx.port(), 0, RemoteAccess::None)?;
+    qp_b.to_init(ctx.port(), 0, RemoteAccess::Write)?;
     qp_b.to_rtr(&ep_a, &path)?; // the responder side stays in RTR, like ib_write_bw's server
     qp_a.to_rtr(&ep_b, &path)?;
     qp_a.to_rts(&RtsParams::new(psn_a))?;

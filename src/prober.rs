@@ -20,11 +20,16 @@ use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
     SessionRequest,
 };
+use crate::flow::{self, FlowLabels};
 use crate::metrics::process::process_cpu_seconds;
-use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
+use crate::placement::{self, Placement};
+use crate::port::{
+    self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, CounterSnapshot, IncreaseStatus,
+    OtherTraffic, Sysfs,
+};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::{Context, LocalPort, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, LocalPort, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// Default memory budget of a session's regions on each end (see
 /// [`ProbeSettings::max_session_bytes`]).
@@ -62,6 +67,9 @@ pub struct ProbeSettings {
     /// Most memory the session's regions may take on each end: a burst whose messages fit is
     /// verified message by message, a longer one over its last messages (as many as fit).
     pub max_session_bytes: u64,
+    /// Poll the CQ all through the burst as perftest does, instead of the CPU-frugal waits:
+    /// for calibrating against perftest (docs/perftest.md, "Calibration").
+    pub busy_poll: bool,
 }
 
 impl ProbeSettings {
@@ -92,6 +100,8 @@ pub(crate) fn ensure_port_active(ctx: &mut Context) -> Result<(), ProbeError> {
 /// The result of one probe, successful or not: what `probe --json` prints.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ProbeOutcome {
+    /// Paced, or unpaced to measure capacity (whether or not the burst ran).
+    pub kind: BurstKind,
     /// The burst's figures; absent when the probe failed before the burst ran.
     #[serde(flatten)]
     pub report: Option<BurstReport>,
@@ -115,11 +125,21 @@ pub struct ProbeOutcome {
     pub qps: u16,
     pub local_link_rate_bits_per_second: Option<u64>,
     pub peer_link_rate_bits_per_second: Option<u64>,
+    /// The GRH flow label of each QP during the burst (empty without a GRH): a session moves its
+    /// QPs to new labels after every burst (docs/architecture.md, "Every ECMP path").
+    pub flow_labels: Vec<u32>,
+    /// The RoCE v2 UDP source port of each QP, as the drivers derive it from the flow label.
+    pub udp_source_ports: Vec<u16>,
     /// Increases of this node's allowlisted port counters during the burst (non-zero ones, by
     /// label; docs/metrics.md, "Port counters"). Port-level: other traffic counts too.
     pub local_counters: Vec<(String, u64)>,
     /// Port counter increases the responder saw during the burst.
     pub remote_counters: Vec<(String, u64)>,
+    /// What this node's port sent and received during the completed burst beyond the burst
+    /// itself (docs/metrics.md, "Other traffic"); absent when the port has no byte counters.
+    pub local_other_traffic: Option<OtherTraffic>,
+    /// The same for the responder's port, from the increases it returned.
+    pub remote_other_traffic: Option<OtherTraffic>,
     /// Time from asking for a burst on a warm session to its first WRITE.
     pub burst_start_seconds: Option<f64>,
     /// Wall time the burst thread spent inside `ibv_post_send` (see `BurstTiming::posting`).
@@ -146,6 +166,7 @@ impl ProbeOutcome {
     /// The outcome of a probe whose session could not be set up.
     pub fn failed(settings: &ProbeSettings, error: &ProbeError) -> ProbeOutcome {
         let mut outcome = ProbeOutcome {
+            kind: BurstKind::of(settings.rate_limit.as_ref()),
             message_size: settings.message_size,
             qps: settings.qps,
             ..ProbeOutcome::default()
@@ -284,6 +305,7 @@ impl WarmSession {
                     Ok(s) => s,
                     Err(e) => {
                         let mut outcome = ProbeOutcome::failed(&self.settings, &e);
+                        outcome.kind = request.kind();
                         outcome.new_session = true;
                         return outcome;
                     }
@@ -314,7 +336,8 @@ impl WarmSession {
                 // network.
                 let local = &self.settings.local;
                 let ctx = Context::open(local.device.as_deref(), local.port)?;
-                self.device.insert((ctx, BurstWorker::start()?)).clone()
+                let worker = BurstWorker::start(device_placement(ctx.device_name()).await)?;
+                self.device.insert((ctx, worker)).clone()
             }
         };
         Session::establish(ctx, worker, &self.settings).await
@@ -335,6 +358,42 @@ pub struct BurstRequest {
     pub length: BurstLength,
     /// `None` runs unpaced (a capacity check).
     pub rate_limit: Option<RateLimit>,
+}
+
+impl BurstRequest {
+    pub fn kind(&self) -> BurstKind {
+        BurstKind::of(self.rate_limit.as_ref())
+    }
+}
+
+/// Whether a burst was paced or measured the path's capacity, so that the two are never
+/// compared with each other (docs/metrics.md, "Paced and capacity bursts").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BurstKind {
+    /// Held to a rate limit: fails only when the path falls below the pace.
+    #[default]
+    Paced,
+    /// Unpaced, aiming at the lower link rate of both ends: what the path can carry.
+    Capacity,
+}
+
+impl BurstKind {
+    /// The kind of a burst with this rate limit (`None`: unpaced).
+    pub fn of(rate_limit: Option<&RateLimit>) -> Self {
+        match rate_limit {
+            Some(_) => BurstKind::Paced,
+            None => BurstKind::Capacity,
+        }
+    }
+
+    /// The `kind` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BurstKind::Paced => "paced",
+            BurstKind::Capacity => "capacity",
+        }
+    }
 }
 
 impl From<&ProbeSettings> for BurstRequest {
@@ -366,6 +425,9 @@ pub struct Session {
     seed: u64,
     /// Message slots per QP on both ends (see `session`).
     slots: u64,
+    /// The session's walk through flow labels, and how many bursts it has moved on.
+    flows: FlowLabels,
+    label_round: u64,
     worker: BurstWorker,
     /// The local port's allowlisted counters, read before and after each burst; `None` when
     /// sysfs has none for the port.
@@ -392,11 +454,16 @@ impl Session {
             slots: wanted_slots(settings),
             send_depth: settings.tx_depth,
             recv_depth: 1,
+            remote: RemoteAccess::None,
         };
-        // Registering (pinning) a large region is a blocking system call.
-        let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
-            .await
-            .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
+        // Registering (pinning) a large region is a blocking system call; on the NIC's NUMA
+        // node, so that the pages it pins are allocated there.
+        let cpus = worker.placement().cpus().map(<[usize]>::to_vec);
+        let mut set = tokio::task::spawn_blocking(move || {
+            placement::with_cpus(cpus.as_deref(), || QpSet::create(ctx, shape, &path))
+        })
+        .await
+        .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("setup task: {e}")))??;
         let device = set.ctx.device_name().to_string();
         let local_rate = set.ctx.port_info().link_rate_bits_per_second;
         let counters = counter_reader(&device, set.ctx.port()).await;
@@ -434,7 +501,14 @@ impl Session {
             ));
         }
         let mtu = set.path_mtu(accept.mtu, settings.mtu);
-        set.connect(&accept.endpoints, mtu, &path, true)?;
+        let flows = FlowLabels::random();
+        set.connect(
+            &accept.endpoints,
+            mtu,
+            &path,
+            true,
+            &flows.for_burst(0, settings.qps),
+        )?;
         let remote = accept
             .regions
             .iter()
@@ -465,6 +539,8 @@ impl Session {
             next_burst_id: 1,
             seed,
             slots,
+            flows,
+            label_round: 0,
             worker,
             counters,
             closed_by_responder: false,
@@ -495,6 +571,7 @@ impl Session {
     /// and the session is no longer usable.
     pub async fn burst_with(&mut self, request: &BurstRequest) -> ProbeOutcome {
         let mut outcome = ProbeOutcome {
+            kind: request.kind(),
             setup_seconds: Some(self.setup.as_secs_f64()),
             device: Some(self.device.clone()),
             peer_device: Some(self.peer_device.clone()),
@@ -531,7 +608,8 @@ impl Session {
             .tx_depth(self.settings.tx_depth)
             .qps(self.settings.qps)
             .post_list(self.settings.post_list)
-            .rate(rate);
+            .rate(rate)
+            .busy_poll(self.settings.busy_poll);
         if let Some(cq_mod) = self.settings.cq_mod {
             builder = builder.cq_mod(cq_mod);
         }
@@ -548,6 +626,12 @@ impl Session {
         })?;
         let burst_id = self.next_burst_id;
         self.next_burst_id += 1;
+        outcome.flow_labels = set.flow_labels().to_vec();
+        outcome.udp_source_ports = outcome
+            .flow_labels
+            .iter()
+            .map(|&l| flow::udp_source_port(l))
+            .collect();
         // Read before the responder is asked: no probe traffic flows until the burst starts.
         let counters_before = read_counters(self.counters.clone()).await;
         // Filled after the previous burst (off the path from request to first WRITE).
@@ -585,6 +669,10 @@ impl Session {
             })
             .await?;
         let counters_after = read_counters(self.counters.clone()).await;
+        let local_increases = match (&counters_before, &counters_after) {
+            (Some(before), Some(after)) => port::increases(before, after),
+            _ => Vec::new(),
+        };
         outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
         let (report, timing) = match result {
             Ok(r) => r,
@@ -620,16 +708,22 @@ impl Session {
             outcome: BurstOutcome::Completed,
             posted_per_qp: timing.posted_per_qp,
         };
-        // The next burst's pattern is written while the responder verifies this one.
-        let (prepared, reply) =
-            tokio::join!(prepare_pattern(set), self.conn.request(&end, timeout));
+        // The next burst's pattern is written, and the QPs moved to the next burst's flow labels,
+        // while the responder verifies this one.
+        self.label_round += 1;
+        let labels = self.flows.for_burst(self.label_round, self.settings.qps);
+        let (prepared, reply) = tokio::join!(
+            prepare_next_burst(set, labels),
+            self.conn.request(&end, timeout)
+        );
         let (set, seed) = prepared?;
         self.seed = seed;
-        self.set = Some(set);
+        self.set = set;
         let result = match reply? {
             Message::BurstResult(r) if r.burst_id == burst_id => r,
             other => return Err(ControlError::unexpected("burst_result", other).into()),
         };
+        self.record_other_traffic(outcome, &local_increases, &result.counters);
         outcome.remote_counters = result.counters;
         outcome.validated = result.validated;
         outcome.verified_messages = Some(result.verified_messages);
@@ -645,6 +739,30 @@ impl Session {
         Ok(())
     }
 
+    /// What both ends' ports carried during the completed burst beyond the burst itself
+    /// (docs/metrics.md, "Other traffic"); the responder's from the increases it returned.
+    fn record_other_traffic(
+        &self,
+        outcome: &mut ProbeOutcome,
+        local: &[CounterIncrease],
+        remote: &[(String, u64)],
+    ) {
+        let Some(messages) = outcome.report.as_ref().map(|r| r.messages) else {
+            return;
+        };
+        let burst = BurstTraffic::of(messages, self.settings.message_size, self.mtu.bytes());
+        let remote: Vec<CounterIncrease> = remote
+            .iter()
+            .filter_map(|(label, n)| {
+                CounterIncrease::from_label(label, *n, IncreaseStatus::Counted)
+            })
+            .collect();
+        let known = |t: OtherTraffic| (t != OtherTraffic::default()).then_some(t);
+        outcome.local_other_traffic = known(port::other_traffic(local, burst, BurstEnd::Sender));
+        outcome.remote_other_traffic =
+            known(port::other_traffic(&remote, burst, BurstEnd::Receiver));
+    }
+
     /// Says goodbye to the responder (best effort) and releases everything.
     pub async fn close(mut self) {
         let _ = self
@@ -654,10 +772,26 @@ impl Session {
     }
 }
 
+/// Where `device`'s work goes (a few sysfs reads, on a blocking thread), logged once per device.
+pub async fn device_placement(device: &str) -> Placement {
+    let name = device.to_owned();
+    let placement =
+        tokio::task::spawn_blocking(move || placement::for_device(&Sysfs::system(), &name))
+            .await
+            .unwrap_or(Placement::Anywhere(placement::Anywhere::NoNumaNode));
+    match placement.cpus() {
+        Some(_) => {
+            tracing::info!(device, %placement, "burst thread and session memory on the NIC's NUMA node")
+        }
+        None => tracing::debug!(device, %placement, "burst thread and session memory not placed"),
+    }
+    placement
+}
+
 /// The allowlisted counter files of the session's port, found once per session (on a blocking
 /// thread); `None`, logged, when sysfs has no such port. The device is one the exporter or the
 /// CLI opened, so never an excluded one.
-async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
+pub(crate) async fn counter_reader(device: &str, port: u8) -> Option<CounterReader> {
     let name = device.to_owned();
     let found = tokio::task::spawn_blocking(move || Sysfs::system().counter_reader(&name, port))
         .await
@@ -700,6 +834,9 @@ pub(crate) type BurstDone = (QpSet, Result<(BurstReport, BurstTiming), BurstFail
 #[derive(Clone)]
 pub struct BurstWorker {
     jobs: std::sync::mpsc::Sender<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>,
+    /// Where the device's work runs: the thread itself, and the registration of every session's
+    /// memory (docs/architecture.md, "NUMA placement").
+    placement: Placement,
     /// Set at shutdown: the running burst ends at its next check (within ~100 ms), and every
     /// later one fails at once.
     stop: Arc<AtomicBool>,
@@ -712,14 +849,22 @@ impl std::fmt::Debug for BurstWorker {
 }
 
 impl BurstWorker {
-    pub fn start() -> Result<BurstWorker, ProbeError> {
+    /// Starts the burst thread of a device placed at `placement` (its NIC's NUMA node, or
+    /// anywhere: [`crate::placement::for_device`]).
+    pub fn start(placement: Placement) -> Result<BurstWorker, ProbeError> {
         let (jobs, queue) =
             std::sync::mpsc::channel::<(BurstJob, tokio::sync::oneshot::Sender<BurstDone>)>();
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
+        let cpus = placement.cpus().map(<[usize]>::to_vec);
         std::thread::Builder::new()
             .name("rdma-burst".into())
             .spawn(move || {
+                if let Some(cpus) = cpus {
+                    if let Err(e) = placement::pin_current_thread(&cpus) {
+                        tracing::warn!(error = %e, "the burst thread stays off its NIC's NUMA node");
+                    }
+                }
                 for (mut job, reply) in queue {
                     let result = run_burst(
                         BurstTargets {
@@ -738,7 +883,16 @@ impl BurstWorker {
                 }
             })
             .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("burst thread: {e}")))?;
-        Ok(BurstWorker { jobs, stop })
+        Ok(BurstWorker {
+            jobs,
+            placement,
+            stop,
+        })
+    }
+
+    /// Where this device's work runs.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// Ends the running burst of this device (and fails every later one at once): for a
@@ -755,6 +909,29 @@ impl BurstWorker {
     }
 }
 
+/// Gets the set ready for the next burst, on a blocking thread: a fresh pattern, and the QPs on
+/// the next flow labels. QPs that could not be moved are dropped (the session is rebuilt at the
+/// next burst, `None`); that is not this burst's failure.
+async fn prepare_next_burst(
+    set: QpSet,
+    labels: Vec<u32>,
+) -> Result<(Option<QpSet>, u64), ProbeError> {
+    let (mut set, seed) = prepare_pattern(set).await?;
+    let moved = tokio::task::spawn_blocking(move || {
+        let moved = set.set_flow_labels(&labels);
+        (set, moved)
+    })
+    .await
+    .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("flow label task: {e}")))?;
+    match moved {
+        (set, Ok(())) => Ok((Some(set), seed)),
+        (_, Err(e)) => {
+            tracing::warn!(error = %e, "could not move the QPs to new flow labels: the session is rebuilt before the next burst");
+            Ok((None, seed))
+        }
+    }
+}
+
 /// Writes a fresh seeded pattern into every local region (slot `k` of QP `q` holds stream `q`
 /// at offset `k * message_size`), on a blocking thread: the regions can be large.
 async fn prepare_pattern(mut set: QpSet) -> Result<(QpSet, u64), ProbeError> {
@@ -767,6 +944,14 @@ async fn prepare_pattern(mut set: QpSet) -> Result<(QpSet, u64), ProbeError> {
     })
     .await
     .map_err(|e| ProbeError::new(ErrorReason::QpSetup, format!("pattern task: {e}")))
+}
+
+/// The most memory a session with these settings registers (pins) on the prober's side: its
+/// QPs' slots of one message each. The responder registers at most the same.
+pub fn session_region_bytes(settings: &ProbeSettings) -> u64 {
+    wanted_slots(settings)
+        .saturating_mul(settings.message_size.max(1))
+        .saturating_mul(u64::from(settings.qps.max(1)))
 }
 
 /// Message slots per QP to ask for: one per message of the burst (every message verified) when
@@ -834,6 +1019,7 @@ mod tests {
             auth: AuthMode::None,
             timeout: Duration::from_secs(10),
             max_session_bytes: DEFAULT_MAX_SESSION_BYTES,
+            busy_poll: false,
         }
     }
 

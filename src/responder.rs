@@ -29,13 +29,14 @@ use crate::control::{
     RemoteRegion, SessionAccept, SessionRequest,
 };
 use crate::metrics::{ResponderMetrics, SessionResult};
+use crate::placement::{self, Placement};
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::prober::read_counters;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::verbs::LocalPort;
-use crate::verbs::{wc_opcode, Completion, Context, VerbsError};
+use crate::verbs::{wc_opcode, Completion, Context, RemoteAccess, VerbsError};
 
 /// One device a responder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +157,8 @@ struct Served {
     /// At most one active burst on this device; other probers get `busy` (a burst on another
     /// device does not).
     burst_slot: Arc<AtomicBool>,
+    /// Where the memory of its sessions is registered (docs/architecture.md, "NUMA placement").
+    placement: Placement,
 }
 
 impl Served {
@@ -219,11 +222,16 @@ fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>, ResponderE
         if let Some(i) = device.local.gid_index {
             ctx.gid(i)?;
         }
+        let placement = placement::for_device(&Sysfs::system(), ctx.device_name());
+        if placement.cpus().is_some() {
+            tracing::info!(device = ctx.device_name(), %placement, "session memory on the NIC's NUMA node");
+        }
         let opened = Served {
             ctx,
             rail: device.rail,
             gid_index: device.local.gid_index,
             burst_slot: Arc::new(AtomicBool::new(false)),
+            placement,
         };
         let known: Vec<_> = served.iter().map(|d| d.identity()).collect();
         check_distinct(&known, opened.identity())?;
@@ -870,10 +878,12 @@ fn open_session(
         slots,
         send_depth: 1,
         recv_depth: 1,
+        remote: RemoteAccess::Write,
     };
-    let mut set = QpSet::create(ctx, shape, &path)?;
+    let mut set =
+        placement::with_cpus(device.placement.cpus(), || QpSet::create(ctx, shape, &path))?;
     let mtu = set.path_mtu(request.mtu, None);
-    set.connect(&request.endpoints, mtu, &path, false)?;
+    set.connect(&request.endpoints, mtu, &path, false, &[])?;
     let regions = (0..usize::from(qps))
         .map(|q| RemoteRegion {
             addr: set.region_addr(q),
@@ -1278,6 +1288,24 @@ mod tests {
                 detail: None
             }
         );
+    }
+
+    #[test]
+    fn pinned_memory_is_bounded_across_sessions_and_returned_when_they_end() {
+        let pinned = Arc::new(AtomicU64::new(0));
+        let first = PinnedReservation::take(&pinned, 600, 1000).unwrap();
+        assert!(PinnedReservation::take(&pinned, 401, 1000).is_none());
+        let second = PinnedReservation::take(&pinned, 400, 1000).unwrap();
+        assert_eq!(pinned.load(Ordering::Acquire), 1000);
+        assert!(PinnedReservation::take(&pinned, 1, 1000).is_none());
+        drop(first);
+        assert_eq!(pinned.load(Ordering::Acquire), 400);
+        assert!(PinnedReservation::take(&pinned, 600, 1000).is_some());
+        drop(second);
+        assert_eq!(pinned.load(Ordering::Acquire), 0);
+        // A request that would overflow the counter is refused, not wrapped.
+        let _held = PinnedReservation::take(&pinned, 1, u64::MAX).unwrap();
+        assert!(PinnedReservation::take(&pinned, u64::MAX, u64::MAX).is_none());
     }
 
     #[test]

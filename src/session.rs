@@ -4,13 +4,14 @@
 //! of each QP sit at distinct offsets where the responder can check each one.
 //!
 //! Both the prober and the responder build a [`QpSet`], exchange [`QpSet::endpoints`] over the
-//! control channel, and call [`QpSet::connect`] with the peer's. Dropping the set releases
-//! everything (the `verbs` wrappers order the destruction).
+//! control channel, and call [`QpSet::connect`] with the peer's. Between bursts the prober moves
+//! its QPs to new flow labels ([`QpSet::set_flow_labels`], docs/architecture.md, "Every ECMP
+//! path"). Dropping the set releases everything (the `verbs` wrappers order the destruction).
 
 use crate::control::QpEndpoint;
 use crate::verbs::{
     CompletionQueue, Context, LinkLayer, MemoryRegion, PathMtu, PathParams, ProtectionDomain,
-    QpCaps, QueuePair, RemoteEndpoint, RtsParams, VerbsError,
+    QpCaps, QueuePair, RemoteAccess, RemoteEndpoint, RtsParams, VerbsError,
 };
 
 /// Extra CQ entries beyond the send windows: one receive per QP for the closing WRITE WITH
@@ -29,6 +30,9 @@ pub struct QpSetShape {
     pub send_depth: u32,
     /// Receive queue depth per QP (the responder posts one receive per burst).
     pub recv_depth: u32,
+    /// What the peer may do to this side's memory: write (the responder) or nothing (the
+    /// prober, whose region is only the source of its own writes).
+    pub remote: RemoteAccess,
 }
 
 /// Path options the operator controls (docs/architecture.md, "ib_write_bw semantics").
@@ -43,6 +47,14 @@ pub struct PathOptions {
     pub qp_timeout: u8,
 }
 
+/// How a connected set reaches its peer.
+#[derive(Debug, Clone)]
+struct Link {
+    peer: Vec<QpEndpoint>,
+    params: PathParams,
+    qp_timeout: u8,
+}
+
 /// One side's resources for a session.
 pub struct QpSet {
     pub ctx: Context,
@@ -53,8 +65,14 @@ pub struct QpSet {
     _pd: ProtectionDomain,
     /// This side's initial send PSNs, one per QP.
     psns: Vec<u32>,
+    /// The peer and the path, once connected: what bringing the QPs up again needs.
+    link: Option<Link>,
+    /// The flow label of each QP now (empty: none, the driver's default).
+    flow_labels: Vec<u32>,
     /// The GID index used for RoCE (None on InfiniBand without GRH).
     sgid_index: Option<u32>,
+    /// What the QPs grant the peer (set again when they are brought up anew).
+    remote: RemoteAccess,
     slot_bytes: u64,
     slots: u64,
 }
@@ -99,7 +117,7 @@ impl QpSet {
             .saturating_mul(shape.send_depth.saturating_add(shape.recv_depth))
             .saturating_add(CQ_SLACK);
         let cq = ctx.create_cq(cqe)?;
-        let mr = pd.register(mr_len)?;
+        let mr = pd.register(mr_len, shape.remote)?;
         let mut qps = Vec::with_capacity(usize::from(shape.qps));
         let mut psns = Vec::with_capacity(usize::from(shape.qps));
         for _ in 0..shape.qps {
@@ -111,7 +129,7 @@ impl QpSet {
                     max_recv_wr: shape.recv_depth.max(1),
                 },
             )?;
-            qp.to_init(ctx.port(), 0)?;
+            qp.to_init(ctx.port(), 0, shape.remote)?;
             qps.push(qp);
             psns.push(random_psn());
         }
@@ -122,7 +140,10 @@ impl QpSet {
             mr,
             _pd: pd,
             psns,
+            link: None,
+            flow_labels: Vec::new(),
             sgid_index,
+            remote: shape.remote,
             slot_bytes: shape.slot_bytes,
             slots,
         })
@@ -170,13 +191,15 @@ impl QpSet {
     }
 
     /// Connects our QP `i` to the peer's endpoint `i`: INIT → RTR, and → RTS when `send` (the
-    /// responder only receives, so like perftest's server it stays in RTR).
+    /// responder only receives, so like perftest's server it stays in RTR). QP `i` gets flow
+    /// label `flow_labels[i]` (none for a QP without one, and without a GRH).
     pub fn connect(
         &mut self,
         peer: &[QpEndpoint],
         mtu: PathMtu,
         path: &PathOptions,
         send: bool,
+        flow_labels: &[u32],
     ) -> Result<(), VerbsError> {
         if peer.len() != self.qps.len() {
             return Err(VerbsError::InvalidArgument(format!(
@@ -188,23 +211,63 @@ impl QpSet {
         let mut params = PathParams::new(mtu.bytes(), self.sgid_index);
         params.traffic_class = path.traffic_class;
         params.service_level = path.service_level;
-        for ((qp, remote), &psn) in self.qps.iter_mut().zip(peer).zip(&self.psns) {
-            qp.to_rtr(
-                &RemoteEndpoint {
-                    qpn: remote.qpn,
-                    psn: remote.psn,
-                    gid: remote.gid,
-                    lid: remote.lid,
-                },
-                &params,
-            )?;
+        let link = Link {
+            peer: peer.to_vec(),
+            params,
+            qp_timeout: path.qp_timeout,
+        };
+        for (q, (qp, &psn)) in self.qps.iter_mut().zip(&self.psns).enumerate() {
+            let params = link.params_for(q, flow_labels);
+            qp.to_rtr(&remote_endpoint(&link.peer[q]), &params)?;
             if send {
-                let mut rts = RtsParams::new(psn);
-                rts.timeout = path.qp_timeout;
-                qp.to_rts(&rts)?;
+                qp.to_rts(&link.rts(psn))?;
             }
         }
+        self.link = Some(link);
+        self.flow_labels = self.labels_in_use(flow_labels);
         Ok(())
+    }
+
+    /// Moves every QP of a connected, sending set to flow label `flow_labels[i]`: each QP goes
+    /// through RESET, INIT and RTR to RTS again with its QP number, peer and send PSN unchanged,
+    /// so the peer's QPs, which stay in RTR, see the next request packet at the PSN they expect.
+    /// Call only with nothing outstanding (between bursts). Without a GRH (InfiniBand) there is
+    /// no flow label, and nothing changes.
+    pub fn set_flow_labels(&mut self, flow_labels: &[u32]) -> Result<(), VerbsError> {
+        let link = self
+            .link
+            .as_ref()
+            .ok_or_else(|| VerbsError::InvalidArgument("the QP set is not connected".into()))?;
+        if self.sgid_index.is_none() {
+            return Ok(());
+        }
+        let port = self.ctx.port();
+        for (q, qp) in self.qps.iter_mut().enumerate() {
+            let psn = qp.send_psn()?;
+            qp.to_reset()?;
+            qp.to_init(port, 0, self.remote)?;
+            qp.to_rtr(
+                &remote_endpoint(&link.peer[q]),
+                &link.params_for(q, flow_labels),
+            )?;
+            qp.to_rts(&link.rts(psn))?;
+        }
+        self.flow_labels = self.labels_in_use(flow_labels);
+        Ok(())
+    }
+
+    /// The flow label of each QP now; empty when the QPs have none (no GRH, or none given).
+    pub fn flow_labels(&self) -> &[u32] {
+        &self.flow_labels
+    }
+
+    fn labels_in_use(&self, flow_labels: &[u32]) -> Vec<u32> {
+        if self.sgid_index.is_none() || flow_labels.is_empty() {
+            return Vec::new();
+        }
+        (0..self.qps.len())
+            .map(|q| flow_labels.get(q).copied().unwrap_or(0))
+            .collect()
     }
 
     /// QP `q`'s region: its `slots` message slots, slot `k` at `k * slot_bytes`.
@@ -239,6 +302,30 @@ impl QpSet {
 
     fn region_len(&self) -> usize {
         self.region_bytes() as usize // checked to fit in usize at creation
+    }
+}
+
+impl Link {
+    /// The path of QP `q`: the session's, with the QP's flow label.
+    fn params_for(&self, q: usize, flow_labels: &[u32]) -> PathParams {
+        let mut params = self.params;
+        params.flow_label = flow_labels.get(q).copied().unwrap_or(0);
+        params
+    }
+
+    fn rts(&self, psn: u32) -> RtsParams {
+        let mut rts = RtsParams::new(psn);
+        rts.timeout = self.qp_timeout;
+        rts
+    }
+}
+
+fn remote_endpoint(peer: &QpEndpoint) -> RemoteEndpoint {
+    RemoteEndpoint {
+        qpn: peer.qpn,
+        psn: peer.psn,
+        gid: peer.gid,
+        lid: peer.lid,
     }
 }
 

@@ -19,6 +19,7 @@ use rdma_probe_exporter::metrics::probe::{
     BurstFigures, DeferReason, PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
 };
 use rdma_probe_exporter::metrics::Metrics;
+use rdma_probe_exporter::prober::BurstKind;
 use rdma_probe_exporter::readiness::Readiness;
 use rdma_probe_exporter::reason::ErrorReason;
 use scraper::{ElementRef, Html, Selector};
@@ -84,6 +85,8 @@ fn figures(bandwidth: f64) -> BurstFigures {
         min_window_bandwidth_bytes_per_second: bandwidth * 0.9,
         completion_gap_max_seconds: 0.001,
         message_rate_per_second: 15260.0,
+        qp_bandwidth_min_bytes_per_second: None,
+        qp_bandwidth_max_bytes_per_second: None,
     }
 }
 
@@ -97,15 +100,17 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
     let at = now() - 30.0;
     let record = |result, target| ProbeRecord {
         result,
+        kind: BurstKind::Paced,
         target_bytes_per_second: target,
         setup_seconds: Some(0.02),
         at_unix_seconds: at,
         counters: Vec::new(),
+        other_traffic: Vec::new(),
     };
     for p in [ok_path(), failing_path(), attempted_path(), deferred_path()] {
         recorder.apply(ProbeEvent::Attempt(p));
     }
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         ok_path(),
         record(
             ProbeResult::Success {
@@ -114,7 +119,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
             Some(1.25e9),
         ),
     ));
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         failing_path(),
         record(
             ProbeResult::Failure {
@@ -125,7 +130,7 @@ fn recorder(metrics: &Metrics) -> ProbeRecorder {
             Some(1.25e9),
         ),
     ));
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         deferred_path(),
         record(
             ProbeResult::Deferred {

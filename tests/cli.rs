@@ -286,10 +286,13 @@ fn auth_choice_is_required() {
     );
 }
 
+/// A file only its owner can read, as a key file must be.
 fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let path =
         std::env::temp_dir().join(format!("rdma-probe-cli-test-{}-{name}", std::process::id()));
     std::fs::write(&path, contents).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path
 }
 
@@ -309,6 +312,28 @@ fn psk_file_problems_are_reported_without_the_key() {
     assert!(r.stderr.contains("at least 16"), "{}", r.describe());
     assert!(
         !r.stderr.contains("tiny-secret"),
+        "key leaked: {}",
+        r.describe()
+    );
+}
+
+#[test]
+fn a_key_file_others_can_read_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = temp_file("world-readable", b"a-secret-key-of-enough-length\n");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = run(&probe_args(&["--psk-file", path.to_str().unwrap()]));
+    std::fs::remove_file(&path).ok();
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    for needle in [
+        &format!("pre-shared key file {} has mode 0644", path.display())[..],
+        "users other than its owner and group can access it",
+        &format!("chmod 600 {}", path.display()),
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.describe());
+    }
+    assert!(
+        !r.stderr.contains("a-secret-key"),
         "key leaked: {}",
         r.describe()
     );
@@ -689,6 +714,85 @@ fn run_config(name: &str, devices: &str) -> PathBuf {
         )
         .as_bytes(),
     )
+}
+
+/// Runs the binary with `args` as a process without any capability (an empty bounding set, so
+/// not even root keeps CAP_IPC_LOCK) and RLIMIT_MEMLOCK at `memlock` bytes.
+fn run_without_ipc_lock(memlock: u64, args: &[&str]) -> Run {
+    let limit = format!("--memlock={memlock}:{memlock}");
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--",
+        "prlimit",
+        &limit,
+        "--",
+        BIN,
+    ])
+    .args(args)
+    .env_remove("RUST_LOG")
+    .env_remove("NODE_NAME")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let run = wait_bounded(cmd.spawn().expect("start prlimit (util-linux)"), LIMIT);
+    run.assert_no_panic();
+    run
+}
+
+#[test]
+fn a_memlock_limit_below_what_sessions_may_pin_stops_the_start() {
+    // The exporter: 1 GiB for the sessions it serves, one session per probed path.
+    let file = run_config(
+        "run-memlock.yaml",
+        "devices:\n  - {name: rdma-probe-test-missing0, port: 1}\n\
+         limits: {max_pinned: 4MiB, max_session_memory: 1MiB}",
+    );
+    let r = run_without_ipc_lock(64 << 10, &["run", "--config", file.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    for needle in [
+        "RLIMIT_MEMLOCK is 64KiB and the process lacks CAP_IPC_LOCK",
+        "may pin up to 5MiB (4MiB for the at most 16 sessions it serves and 1MiB for the \
+         sessions of the 1 path it probes)",
+        "ulimit -l unlimited",
+        "LimitMEMLOCK=infinity",
+        "lower limits.max_pinned",
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.describe());
+    }
+    // Enough (within the 8 MiB a process may raise its limit to without privilege): the start
+    // goes on to the (missing) device.
+    let r = run_without_ipc_lock(6 << 20, &["run", "--config", file.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(!r.stderr.contains("RLIMIT_MEMLOCK"), "{}", r.describe());
+    assert!(
+        r.stderr.contains("rdma-probe-test-missing0"),
+        "{}",
+        r.describe()
+    );
+
+    // The responder: its pinned-memory budget.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "responder",
+        "--no-auth",
+        "--node",
+        "b",
+        "--listen",
+        &listen,
+        "--max-pinned",
+        "8MiB",
+    ];
+    let r = run_without_ipc_lock(4 << 20, &args);
+    assert_eq!(r.code(), 1, "{}", r.describe());
+    assert!(
+        r.stderr.contains("RLIMIT_MEMLOCK is 4MiB")
+            && r.stderr.contains("up to 8MiB")
+            && r.stderr.contains("lower --max-pinned"),
+        "{}",
+        r.describe()
+    );
 }
 
 #[test]

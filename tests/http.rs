@@ -8,6 +8,7 @@ mod promtool;
 
 use rdma_probe_exporter::http;
 use rdma_probe_exporter::metrics::{Metrics, SessionResult};
+use rdma_probe_exporter::prober::BurstKind;
 use rdma_probe_exporter::readiness::Readiness;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -221,6 +222,8 @@ async fn probe_families_of_many_paths_pass_promtool() {
         min_window_bandwidth_bytes_per_second: 1e6,
         completion_gap_max_seconds: 0.01,
         message_rate_per_second: 32.0,
+        qp_bandwidth_min_bytes_per_second: None,
+        qp_bandwidth_max_bytes_per_second: None,
     };
     for i in 0..50 {
         let path = PathLabels {
@@ -240,14 +243,21 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 reason: DeferReason::Busy,
             },
         };
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(
             path,
             ProbeRecord {
                 result,
+                // Both kinds of burst, so promtool sees their gauges side by side.
+                kind: if i % 2 == 0 {
+                    BurstKind::Paced
+                } else {
+                    BurstKind::Capacity
+                },
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
                 counters: Vec::new(),
+                other_traffic: Vec::new(),
             },
         ));
     }
@@ -323,7 +333,7 @@ async fn the_status_page_lists_every_probed_path() {
         peer: "node-<b>".into(),
         peer_device: "rxe0".into(),
     };
-    recorder.apply(ProbeEvent::Completed(
+    recorder.apply(ProbeEvent::completed(
         path,
         ProbeRecord {
             result: ProbeResult::Failure {
@@ -331,10 +341,12 @@ async fn the_status_page_lists_every_probed_path() {
                 message: "connection refused".into(),
                 figures: None,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.7e9,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         },
     ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

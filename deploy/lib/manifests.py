@@ -364,7 +364,9 @@ def check_deployment(name, objects, dockerfile):
     check(psk in secret_mounts, w, f"auth.psk_file {psk} is not the key `psk` of a mounted Secret")
     for n, v in volumes.items():
         if "secret" in v:
-            check(v["secret"].get("defaultMode") == 0o440, w, "the Secret's files are not mode 0440")
+            # The kubelet adds group read for fsGroup; the exporter accepts that for a root-owned file.
+            check(v["secret"].get("defaultMode") == 0o400, w, "the Secret's files are not mode 0400")
+            check(pod_sc.get("fsGroup") == pod_sc.get("runAsGroup"), w, "fsGroup is not the exporter's group")
 
     image = c.get("image", "")
     version = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)

@@ -62,7 +62,10 @@ fn message(u: &mut Unstructured) -> Result<Message> {
         },
         1 => Message::Challenge {
             server_nonce: u.arbitrary()?,
-            server_proof: u.arbitrary()?,
+            server_proofs: {
+                let n = u.int_in_range(0..=3usize)?;
+                (0..n).map(|_| u.arbitrary()).collect::<Result<Vec<_>>>()?
+            },
         },
         2 => Message::Authenticate {
             client_proof: u.arbitrary()?,

@@ -45,6 +45,25 @@ lab_wait_file() {
 lab_netem() { tc qdisc replace dev "$LAB_NIC" root netem "$@"; }             # e.g. loss 5% / delay 10ms
 lab_tbf() { tc qdisc replace dev "$LAB_NIC" root tbf rate "$1" burst 64kb latency 400ms; }  # e.g. 50mbit
 lab_clear_faults() { tc qdisc del dev "$LAB_NIC" root 2>/dev/null || true; }
+# lab_netem_to HOST NETEM...: netem (e.g. `loss 1%`) on this node's packets to HOST only (with
+# `lab_netem` on HOST itself: HOST's link is faulty both ways).
+lab_netem_to() {
+  local host=$1
+  shift
+  tc qdisc replace dev "$LAB_NIC" root handle 1: prio bands 2 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 &&
+    tc qdisc add dev "$LAB_NIC" parent 1:2 handle 20: netem "$@" &&
+    tc filter add dev "$LAB_NIC" parent 1: protocol ip prio 1 u32 match ip dst "$host/32" flowid 1:2
+}
+# lab_slow_roce_ports VALUE MASK NETEM...: netem (e.g. `rate 5mbit`) on this node's RoCE v2 packets
+# (UDP to 4791) whose UDP source port & MASK == VALUE, and on nothing else: one ECMP path's fault.
+lab_slow_roce_ports() {
+  local value=$1 mask=$2
+  shift 2
+  tc qdisc replace dev "$LAB_NIC" root handle 1: prio bands 2 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 &&
+    tc qdisc add dev "$LAB_NIC" parent 1:2 handle 20: netem "$@" &&
+    tc filter add dev "$LAB_NIC" parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
+      match ip dport 4791 0xffff match ip sport "$value" "$mask" flowid 1:2
+}
 lab_link_down() { ip link set "$LAB_NIC" down; }
 lab_link_up() { ip link set "$LAB_NIC" up; }
 

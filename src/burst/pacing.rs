@@ -242,6 +242,17 @@ impl Default for WaitPolicy {
 }
 
 impl WaitPolicy {
+    /// Never sleep or block: poll the CQ and the clock all the time, as perftest does. Costs a
+    /// whole CPU for the burst; for measuring exactly as perftest measures.
+    pub fn busy_poll() -> Self {
+        Self {
+            spin_threshold: Duration::MAX,
+            sleep_margin: Duration::ZERO,
+            poll_before_arm: Duration::MAX,
+            block_threshold: Duration::MAX,
+        }
+    }
+
     /// Decides how to wait.
     ///
     /// `next_send_in`: time until the pacer allows the next message, or `None` when the engine
@@ -565,6 +576,27 @@ mod tests {
                     }
                     PaceDecision::WaitUntil(w) => prop_assert!(nanos(w) > t),
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn busy_poll_never_sleeps_or_blocks() {
+        let w = WaitPolicy::busy_poll();
+        let long = Duration::from_secs(3600);
+        for next in [None, Some(Duration::ZERO), Some(us(500)), Some(long)] {
+            for completions in [
+                Completions::NoneOutstanding,
+                Completions::Outstanding {
+                    expected_in: None,
+                    waited: long,
+                },
+                Completions::Outstanding {
+                    expected_in: Some(long),
+                    waited: Duration::ZERO,
+                },
+            ] {
+                assert_eq!(w.decide(next, completions), WaitAction::Spin);
             }
         }
     }

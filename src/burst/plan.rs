@@ -140,6 +140,9 @@ pub struct BurstPlan {
     rate: Option<ResolvedRate>,
     #[serde(serialize_with = "serialize_seconds")]
     burst_allowance: Duration,
+    /// Wait by polling the CQ, never sleeping or blocking, as perftest does: for calibrating
+    /// against perftest, not for production (docs/perftest.md, "Calibration").
+    busy_poll: bool,
 }
 
 fn serialize_seconds<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -157,6 +160,7 @@ pub struct BurstPlanBuilder {
     post_list: u32,
     rate: Option<ResolvedRate>,
     burst_allowance: Duration,
+    busy_poll: bool,
 }
 
 impl BurstPlanBuilder {
@@ -198,6 +202,12 @@ impl BurstPlanBuilder {
         self
     }
 
+    /// Poll the CQ all through the burst instead of the CPU-frugal waits; default off.
+    pub fn busy_poll(mut self, busy_poll: bool) -> Self {
+        self.busy_poll = busy_poll;
+        self
+    }
+
     /// Validates everything and builds the plan.
     pub fn build(self) -> Result<BurstPlan, PlanError> {
         let Self {
@@ -209,6 +219,7 @@ impl BurstPlanBuilder {
             post_list,
             rate,
             burst_allowance,
+            busy_poll,
         } = self;
         if !(1..=MAX_MESSAGE_SIZE).contains(&message_size) {
             return Err(PlanError::MessageSize(message_size));
@@ -259,6 +270,7 @@ impl BurstPlanBuilder {
             length,
             rate,
             burst_allowance,
+            busy_poll,
         })
     }
 }
@@ -287,6 +299,7 @@ impl BurstPlan {
             post_list: 1,
             rate: None,
             burst_allowance: DEFAULT_BURST_ALLOWANCE,
+            busy_poll: false,
         }
     }
 
@@ -324,6 +337,10 @@ impl BurstPlan {
     pub fn with_rate(mut self, rate: Option<ResolvedRate>) -> BurstPlan {
         self.rate = rate;
         self
+    }
+
+    pub fn busy_poll(&self) -> bool {
+        self.busy_poll
     }
 
     pub fn burst_allowance(&self) -> Duration {

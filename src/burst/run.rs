@@ -143,7 +143,11 @@ impl BurstRun {
             windows: (0..qps).map(|_| plan.send_window()).collect(),
             finished: vec![false; qps],
             pacer,
-            policy: WaitPolicy::default(),
+            policy: if plan.busy_poll() {
+                WaitPolicy::busy_poll()
+            } else {
+                WaitPolicy::default()
+            },
             stats,
             stall: StallClock::new(timeout),
             next_qp: 0,

@@ -87,8 +87,13 @@ pub struct BurstReport {
     pub completion_gap_max: Duration,
     /// CPU time the burst thread used; filled in by the engine.
     pub cpu_seconds: Option<f64>,
-    /// Lowest per-QP bandwidth when the burst used several QPs, else `None`.
+    /// Lowest per-QP bandwidth when the burst used several QPs, else `None`: on RoCE v2 each QP
+    /// takes its own ECMP path, so one slow path among good ones shows here, not in the total.
     pub per_qp_bandwidth_min_bytes_per_second: Option<f64>,
+    /// Highest per-QP bandwidth when the burst used several QPs, else `None`.
+    pub per_qp_bandwidth_max_bytes_per_second: Option<f64>,
+    /// Each QP's bandwidth, in QP order.
+    pub per_qp_bandwidth_bytes_per_second: Vec<f64>,
 }
 
 /// `amount / seconds`, or 0 when no time passed.
@@ -316,15 +321,17 @@ impl BurstStats {
         };
         let bandwidth = per_second(self.bytes as f64, elapsed_ns);
         let min_window = self.windows.min_bandwidth(elapsed_ns).unwrap_or(bandwidth);
-        let per_qp_min = (self.per_qp.len() > 1).then(|| {
-            self.per_qp
-                .iter()
-                .map(|q| match (origin, q.last_completion_ns) {
-                    (Some(o), Some(l)) => per_second(q.bytes as f64, l.saturating_sub(o)),
-                    _ => 0.0,
-                })
-                .fold(f64::INFINITY, f64::min)
-        });
+        let per_qp: Vec<f64> = self
+            .per_qp
+            .iter()
+            .map(|q| match (origin, q.last_completion_ns) {
+                (Some(o), Some(l)) => per_second(q.bytes as f64, l.saturating_sub(o)),
+                _ => 0.0,
+            })
+            .collect();
+        let several = per_qp.len() > 1;
+        let per_qp_min = several.then(|| per_qp.iter().copied().fold(f64::INFINITY, f64::min));
+        let per_qp_max = several.then(|| per_qp.iter().copied().fold(0.0, f64::max));
         BurstReport {
             bytes: self.bytes,
             messages: self.messages,
@@ -337,6 +344,8 @@ impl BurstStats {
             completion_gap_max: Duration::from_nanos(self.gap_max_ns),
             cpu_seconds: self.cpu_seconds,
             per_qp_bandwidth_min_bytes_per_second: per_qp_min,
+            per_qp_bandwidth_max_bytes_per_second: per_qp_max,
+            per_qp_bandwidth_bytes_per_second: per_qp,
         }
     }
 }
@@ -502,6 +511,48 @@ mod tests {
             r.per_qp_bandwidth_min_bytes_per_second.unwrap(),
             500_000.0
         ));
+        assert!(close(
+            r.per_qp_bandwidth_max_bytes_per_second.unwrap(),
+            1_000_000.0
+        ));
+        assert_eq!(r.per_qp_bandwidth_bytes_per_second.len(), 2);
+        assert!(close(r.bandwidth_bytes_per_second, 1_500_000.0));
+    }
+
+    #[test]
+    fn one_slow_qp_among_fast_ones_shows_in_the_per_qp_figures() {
+        // Three QPs finish 100 KB each in 10 ms; the fourth, on a slow path, takes 100 ms.
+        let mut s = BurstStats::new(4, DEFAULT_WINDOW);
+        s.on_first_post(Duration::ZERO);
+        for i in 1..=10 {
+            for q in 0..3 {
+                s.on_completion(q, ms(i), 1, 10_000);
+            }
+        }
+        for i in 1..=10 {
+            s.on_completion(3, ms(10 * i), 1, 10_000);
+        }
+        let r = s.finish();
+        let per_qp = &r.per_qp_bandwidth_bytes_per_second;
+        assert!(
+            close(per_qp[0], 10e6) && close(per_qp[2], 10e6),
+            "{per_qp:?}"
+        );
+        assert!(close(per_qp[3], 1e6), "{per_qp:?}");
+        assert!(close(r.per_qp_bandwidth_min_bytes_per_second.unwrap(), 1e6));
+        assert!(close(
+            r.per_qp_bandwidth_max_bytes_per_second.unwrap(),
+            10e6
+        ));
+        // The total is bytes over the whole burst: the slow QP drags it, but hides which QP.
+        assert!(close(r.bandwidth_bytes_per_second, 4e6));
+        // One QP: no per-QP figures beyond the total's.
+        let mut s = BurstStats::new(1, DEFAULT_WINDOW);
+        s.on_first_post(Duration::ZERO);
+        s.on_completion(0, ms(1), 1, 1000);
+        let r = s.finish();
+        assert_eq!(r.per_qp_bandwidth_max_bytes_per_second, None);
+        assert_eq!(r.per_qp_bandwidth_bytes_per_second.len(), 1);
     }
 
     #[test]

@@ -372,7 +372,7 @@ impl AuthArgs {
     /// (docs/architecture.md, "Authentication").
     fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
         match (self.psk_file, self.no_auth) {
-            (Some(path), _) => Psk::load(&path).map(AuthMode::Psk).map_err(|e| {
+            (Some(path), _) => Psk::load(&path).map(AuthMode::psk).map_err(|e| {
                 // PskError never contains key material (see control::auth).
                 usage_error(
                     subcommand,
@@ -581,6 +581,14 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub perftest_report_gbits: bool,
 
+    /// Poll the completion queue all through the burst, as ib_write_bw does, instead of
+    /// sleeping through pacing gaps and blocking on the completion channel.
+    ///
+    /// Costs a whole CPU for the burst. For comparing our figures with perftest's on the same
+    /// link like for like (docs/perftest.md, "Calibration"); the exporter never busy-polls.
+    #[arg(long)]
+    pub busy_poll: bool,
+
     /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -624,20 +632,21 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub length: LengthArgs,
 
-    /// Pace the burst: 10Gbps, 1200MiB/s, 50000msg/s or 25% of the link rate (default: unpaced).
+    /// Pace the burst: 10Gbps, 1200MiB/s, 50000msg/s, 25% of the link rate, or `unpaced` (the
+    /// default).
     ///
     /// Bits per second (50Mbps, 10Gbps, 1Tbps), bytes per second (1200MiB/s, 1GiB/s, 500MB/s),
     /// messages per second (50000msg/s) or a percentage of the lower link rate of both ends
     /// (25%). `Gb/s` and `MBps` are refused as ambiguous: write Gbps for bits, GB/s or GiB/s for
-    /// bytes. Without a limit the burst runs as fast as it can, and the target is the lower link
-    /// rate of both ends.
+    /// bytes. Unpaced (no limit, or `unpaced`), the burst is a capacity check: it runs as fast as
+    /// the path goes, and its target is the lower link rate of both ends.
     #[arg(
         long,
         value_name = "RATE",
-        value_parser = parse_rate_limit,
+        value_parser = parse_pace,
         help_heading = "Burst"
     )]
-    pub rate_limit: Option<RateLimit>,
+    pub rate_limit: Option<Pace>,
 
     /// Number of RC QPs the burst is spread over, 1 to 64 (on RoCE v2 each may take its own
     /// ECMP path).
@@ -992,9 +1001,10 @@ impl ProbeArgs {
         const SUB: &str = "probe";
         let message_size = self.size.bytes();
         let length = self.length.into_length();
+        let rate_limit = self.rate_limit.and_then(Pace::limit);
         // An absolute rate is resolved now so a rate the pacer cannot use is refused up front; a
         // percentage needs both link rates, known only after the handshake.
-        let resolved = match self.rate_limit {
+        let resolved = match rate_limit {
             None | Some(RateLimit::PercentOfLink(_)) => None,
             Some(limit) => Some(limit.resolve(message_size, None).map_err(|e| {
                 usage_error(
@@ -1050,7 +1060,7 @@ impl ProbeArgs {
                 rail: self.peer_rail,
                 message_size,
                 length,
-                rate_limit: self.rate_limit,
+                rate_limit,
                 qps: self.qps,
                 tx_depth: self.tx_depth,
                 cq_mod: self.cq_mod,
@@ -1062,6 +1072,7 @@ impl ProbeArgs {
                 auth,
                 timeout: self.timeout,
                 max_session_bytes: self.max_session_memory.bytes(),
+                busy_poll: self.busy_poll,
             },
             plan,
             json: self.json,
@@ -1117,13 +1128,36 @@ fn parse_byte_size(s: &str) -> Result<ByteSize, String> {
     Ok(size)
 }
 
+/// `--rate-limit`: a rate, or `unpaced` (as the config's `rate_limit` takes it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    Limit(RateLimit),
+    Unpaced,
+}
+
+impl Pace {
+    pub fn limit(self) -> Option<RateLimit> {
+        match self {
+            Pace::Limit(limit) => Some(limit),
+            Pace::Unpaced => None,
+        }
+    }
+}
+
+fn parse_pace(s: &str) -> Result<Pace, String> {
+    if s.trim() == "unpaced" {
+        return Ok(Pace::Unpaced);
+    }
+    parse_rate_limit(s).map(Pace::Limit)
+}
+
 fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
     s.parse().map_err(|e: crate::config::UnitError| match e {
         // The unit errors already list the forms; an empty one gets them too.
         crate::config::UnitError::Empty { .. } => {
-            format!("empty rate; expected {RATE_LIMIT_FORMS}")
+            format!("empty rate; expected {RATE_LIMIT_FORMS}; or `unpaced`")
         }
-        e => e.to_string(),
+        e => format!("{e}; or `unpaced`"),
     })
 }
 
@@ -1342,6 +1376,19 @@ mod tests {
     }
 
     #[test]
+    fn rate_limit_unpaced_is_a_capacity_check_like_no_limit() {
+        let p = probe(&["--rate-limit", "unpaced"]).unwrap();
+        assert_eq!(p.settings.rate_limit, None);
+        assert_eq!(p.plan.rate(), None);
+        assert_eq!(
+            crate::prober::BurstKind::of(p.settings.rate_limit.as_ref()),
+            crate::prober::BurstKind::Capacity
+        );
+        let e = err(&["--rate-limit", "unpaced-ish"]);
+        assert!(e.contains("`unpaced`"), "{e}");
+    }
+
+    #[test]
     fn probe_flags_map_to_settings() {
         let p = probe(&[
             "--size",
@@ -1502,10 +1549,13 @@ mod tests {
         assert!(e.to_string().contains("cannot be used with"), "{e}");
     }
 
+    /// A file only its owner can read, as a key file must be.
     fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let path =
             std::env::temp_dir().join(format!("rdma-probe-cli-{}-{name}", std::process::id()));
         std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         path
     }
 

@@ -184,7 +184,7 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
             "Rate limit",
             header
                 .rate_limit
-                .map_or_else(|| "unpaced".to_owned(), |r| r.to_string()),
+                .map_or_else(|| "unpaced (capacity)".to_owned(), |r| r.to_string()),
         ),
         Some(("Target BW", or_unknown(target))),
     );
@@ -220,6 +220,14 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
     );
     if let Some(min_qp) = report.per_qp_bandwidth_min_bytes_per_second {
         let _ = writeln!(out, " {:<23}: {}", "Lowest per-QP BW", bw(min_qp));
+        // Each QP with the UDP source port that picked its ECMP path, to trace a slow one.
+        for (q, qp_bw) in report.per_qp_bandwidth_bytes_per_second.iter().enumerate() {
+            let name = match outcome.udp_source_ports.get(q) {
+                Some(port) => format!("QP {q} (UDP port {port})"),
+                None => format!("QP {q}"),
+            };
+            let _ = writeln!(out, " {name:<23}: {}", bw(*qp_bw));
+        }
     }
     let _ = writeln!(
         out,
@@ -275,6 +283,20 @@ pub fn format_probe_report(header: &ReportHeader, outcome: &ProbeOutcome) -> Opt
         for (name, increase) in counters {
             let _ = writeln!(out, "   {name:<36} +{increase}");
         }
+    }
+    for (side, traffic) in [
+        ("Local", outcome.local_other_traffic),
+        ("Peer", outcome.remote_other_traffic),
+    ] {
+        let Some(t) = traffic else { continue };
+        let bytes = |b: Option<u64>| b.map_or_else(|| "unknown".to_owned(), |b| format!("{b} B"));
+        let _ = writeln!(
+            out,
+            " {:<23}: sent {}, received {}",
+            format!("{side} other traffic"),
+            bytes(t.transmit_bytes),
+            bytes(t.receive_bytes)
+        );
     }
     let _ = writeln!(out, "{RULE}");
     Some(out)
@@ -355,6 +377,8 @@ mod tests {
             completion_gap_max: Duration::from_micros(52),
             cpu_seconds: Some(0.0123),
             per_qp_bandwidth_min_bytes_per_second: None,
+            per_qp_bandwidth_max_bytes_per_second: None,
+            per_qp_bandwidth_bytes_per_second: Vec::new(),
         }
     }
 
@@ -395,7 +419,7 @@ mod tests {
             "Mtu             : 4096[B]",
             "Link rate       : 100.00 Gb/s",
             "Peer link rate  : 200.00 Gb/s",
-            "Rate limit      : unpaced",
+            "Rate limit      : unpaced (capacity)",
             "Target BW       : 100.00 Gb/sec",
             "#bytes     #iterations    BW average[Gb/sec]    BW average[MiB/sec]    MsgRate[Mpps]",
             "Min-window BW          : 80.00 Gb/sec  9536.74 MiB/sec  (10.000 ms windows)",
@@ -425,6 +449,8 @@ mod tests {
         r.bandwidth_bytes_per_second = 1_000_000.0; // 0.008 Gb/s
         r.min_window_bandwidth_bytes_per_second = 900_000.0;
         r.per_qp_bandwidth_min_bytes_per_second = Some(450_000.0);
+        r.per_qp_bandwidth_bytes_per_second = vec![550_000.0, 450_000.0];
+        o.udp_source_ports = vec![49153, 49154];
         o.remote_counters = vec![("port_rcv_data".into(), 42)];
         o.local_counters = vec![("completer_retry_err".into(), 3)];
         o.validated = false;
@@ -444,6 +470,10 @@ mod tests {
             "{text}"
         );
         assert!(
+            text.contains("QP 1 (UDP port 49154)  : 0.003600 Gb/sec"),
+            "{text}"
+        );
+        assert!(
             text.contains("port_rcv_data") && text.contains("+42"),
             "{text}"
         );
@@ -454,6 +484,16 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Validated              : no"), "{text}");
+        assert!(!text.contains("Local other traffic"), "{text}");
+        o.local_other_traffic = Some(crate::port::OtherTraffic {
+            transmit_bytes: Some(0),
+            receive_bytes: None,
+        });
+        let text = format_probe_report(&h, &o).unwrap();
+        assert!(
+            text.contains("Local other traffic    : sent 0 B, received unknown"),
+            "{text}"
+        );
     }
 
     #[test]

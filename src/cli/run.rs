@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
+use crate::memlock::{self, Allowance, Need};
+
 use super::args::{Action, DevicesAction, LogFormat, Logging, ProbeAction, ResponderAction};
 use super::devices;
 use super::report::{self, ReportHeader};
@@ -179,6 +181,12 @@ async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
     // Handlers first: a SIGTERM that arrives while the device is being opened must still end
     // in a graceful shutdown, not in the default action (killed without cleanup).
     let signal = shutdown_signal()?;
+    let limits = &action.settings;
+    memlock::check(
+        Need::serving(limits.max_sessions, limits.max_pinned_bytes),
+        Allowance::current(),
+        "--max-pinned",
+    )?;
     let listener = TcpListener::bind(action.listen)
         .await
         .with_context(|| format!("cannot listen on {} (--listen)", action.listen))?;

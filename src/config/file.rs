@@ -57,6 +57,7 @@ pub(crate) struct RawConfig {
     pub selection: Option<Spanned<RawSelection>>,
     pub schedule: Option<Spanned<RawSchedule>>,
     pub series: Option<Spanned<RawSeries>>,
+    pub limits: Option<Spanned<RawLimits>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
 
@@ -67,12 +68,16 @@ pub(crate) struct RawListen {
     pub control: Option<Scalar>,
 }
 
-/// `auth: none` or `auth: {psk_file: PATH}`.
+/// `auth: none` or `auth: {psk_file: PATH, previous_psk_file: PATH}` (the second only during a
+/// key rollover).
 #[derive(Debug)]
 pub(crate) enum RawAuth {
     /// A plain word: valid only if it is exactly `none`.
     Word(String),
-    PskFile(Scalar),
+    PskFile {
+        psk_file: Scalar,
+        previous_psk_file: Option<Scalar>,
+    },
 }
 
 impl<'de> Deserialize<'de> for RawAuth {
@@ -93,17 +98,24 @@ impl<'de> Deserialize<'de> for RawAuth {
                 #[serde(field_identifier, rename_all = "snake_case")]
                 enum Field {
                     PskFile,
+                    PreviousPskFile,
                 }
-                let mut psk_file = None;
-                while let Some(Field::PskFile) = map.next_key::<Field>()? {
-                    if psk_file.is_some() {
-                        return Err(de::Error::duplicate_field("psk_file"));
+                let (mut psk_file, mut previous_psk_file) = (None, None);
+                while let Some(field) = map.next_key::<Field>()? {
+                    let (slot, name) = match field {
+                        Field::PskFile => (&mut psk_file, "psk_file"),
+                        Field::PreviousPskFile => (&mut previous_psk_file, "previous_psk_file"),
+                    };
+                    if slot.is_some() {
+                        return Err(de::Error::duplicate_field(name));
                     }
-                    psk_file = Some(map.next_value::<Scalar>()?);
+                    *slot = Some(map.next_value::<Scalar>()?);
                 }
-                psk_file
-                    .map(RawAuth::PskFile)
-                    .ok_or_else(|| de::Error::missing_field("psk_file"))
+                let psk_file = psk_file.ok_or_else(|| de::Error::missing_field("psk_file"))?;
+                Ok(RawAuth::PskFile {
+                    psk_file,
+                    previous_psk_file,
+                })
             }
         }
         deserializer.deserialize_any(V)
@@ -265,6 +277,14 @@ pub(crate) struct RawSchedule {
 pub(crate) struct RawSeries {
     pub budget: Option<Scalar>,
     pub ttl: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub max_sessions: Option<Scalar>,
+    pub max_pinned: Option<Scalar>,
+    pub max_session_memory: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,8 @@
 mod address;
 mod error;
 mod file;
+#[cfg(test)]
+mod fuzz_corpus;
 mod interpolate;
 mod model;
 mod render;
@@ -36,7 +38,7 @@ pub use address::{
 };
 pub use error::{ConfigError, Located};
 pub use model::{
-    Auth, Config, Device, Devices, Discovery, GidIndex, Labels, Listen, Peer, PeerMode,
+    Auth, Config, Device, Devices, Discovery, GidIndex, Labels, Limits, Listen, Peer, PeerMode,
     ProbeConfig, Schedule, Selection, Series, SkipReason, DEFAULT_BURST_DURATION,
     DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER,
     DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_ROUND, DEFAULT_SAMPLE,

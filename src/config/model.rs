@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::address::HostPort;
 use super::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::burst::{BurstLength, BurstPlan};
-use crate::control::{AuthMode, Psk, PskError};
+use crate::control::{AuthMode, Keys, Psk, PskError};
 use crate::prober;
 use crate::verbs::LocalPort;
 
@@ -76,6 +76,7 @@ pub struct Config {
     pub(super) selection: Selection,
     pub(super) schedule: Schedule,
     pub(super) series: Series,
+    pub(super) limits: Limits,
 }
 
 impl Config {
@@ -152,6 +153,11 @@ impl Config {
     pub fn series(&self) -> &Series {
         &self.series
     }
+
+    /// How many sessions this node serves and how much memory its sessions pin.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
 }
 
 /// How many per-path series this node keeps on `/metrics`, and for how long a path out of the
@@ -191,18 +197,26 @@ pub struct Listen {
 /// How the control channel is authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
-    /// A pre-shared key read from this file (read when the exporter starts, not at config load,
-    /// so a config can be checked where the secret is not mounted).
-    PskFile(PathBuf),
+    /// A pre-shared key read from `path` (read when the exporter starts, not at config load, so a
+    /// config can be checked where the secret is not mounted), and during a key rollover the
+    /// previous key, also accepted (docs/security.md, "Rotating the key").
+    PskFile {
+        path: PathBuf,
+        previous: Option<PathBuf>,
+    },
     /// No authentication: written out as `auth: none`.
     None,
 }
 
 impl Auth {
-    /// Loads the key (if any) into the control channel's [`AuthMode`].
+    /// Loads the key (and the previous key, if any) into the control channel's [`AuthMode`].
     pub fn load(&self) -> Result<AuthMode, PskError> {
         match self {
-            Auth::PskFile(path) => Psk::load(path).map(AuthMode::Psk),
+            Auth::PskFile { path, previous } => {
+                let current = Psk::load(path)?;
+                let previous = previous.as_ref().map(Psk::load).transpose()?;
+                Ok(AuthMode::Psk(Keys::new(current, previous)))
+            }
             Auth::None => Ok(AuthMode::None),
         }
     }
@@ -210,7 +224,15 @@ impl Auth {
     /// The key file, if any.
     pub fn psk_file(&self) -> Option<&Path> {
         match self {
-            Auth::PskFile(path) => Some(path),
+            Auth::PskFile { path, .. } => Some(path),
+            Auth::None => None,
+        }
+    }
+
+    /// The previous key's file, during a rollover.
+    pub fn previous_psk_file(&self) -> Option<&Path> {
+        match self {
+            Auth::PskFile { previous, .. } => previous.as_deref(),
             Auth::None => None,
         }
     }
@@ -533,6 +555,7 @@ impl ProbeConfig {
             auth,
             timeout: v.timeout,
             max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
+            busy_poll: false,
         }
     }
 }
@@ -549,6 +572,36 @@ impl Default for Schedule {
     fn default() -> Self {
         Schedule {
             duty_cycle: DEFAULT_DUTY_CYCLE,
+        }
+    }
+}
+
+/// How many sessions this node serves at once and how much memory RDMA sessions pin, on both
+/// sides (docs/security.md, "Memory and session limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Sessions the responder serves at once; more are refused (`limit`).
+    pub max_sessions: usize,
+    /// Memory all served sessions pin together; a session beyond it is refused (`limit`).
+    pub max_pinned_bytes: u64,
+    /// Memory one session pins on each end: what a served session may get, and what a probed
+    /// path's session asks for at most.
+    pub max_session_bytes: u64,
+}
+
+/// [`Limits::max_sessions`] unless the config says otherwise.
+pub const DEFAULT_MAX_SESSIONS: usize = 16;
+/// Largest `limits.max_sessions` accepted.
+pub const MAX_MAX_SESSIONS: u64 = 4096;
+/// [`Limits::max_pinned_bytes`] unless the config says otherwise.
+pub const DEFAULT_MAX_PINNED_BYTES: u64 = 1 << 30;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_pinned_bytes: DEFAULT_MAX_PINNED_BYTES,
+            max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
         }
     }
 }

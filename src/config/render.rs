@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::model::{Auth, Config, Devices, Labels, Peer, ProbeConfig};
+use super::units::ByteSize;
 use crate::burst::BurstLength;
 
 impl Config {
@@ -27,7 +28,20 @@ impl Config {
             self.listen.metrics, self.listen.control
         )?;
         match &self.auth {
-            Auth::PskFile(path) => writeln!(out, "auth: pre-shared key from {}", path.display())?,
+            Auth::PskFile {
+                path,
+                previous: None,
+            } => writeln!(out, "auth: pre-shared key from {}", path.display())?,
+            Auth::PskFile {
+                path,
+                previous: Some(previous),
+            } => writeln!(
+                out,
+                "auth: pre-shared key from {}, and the previous key from {} (a rollover: both \
+                 accepted)",
+                path.display(),
+                previous.display()
+            )?,
             Auth::None => writeln!(out, "auth: none (the control channel is not authenticated)")?,
         }
         match &self.devices {
@@ -69,6 +83,13 @@ impl Config {
             "series: budget {} per-path series, ttl {}",
             self.series.budget,
             duration(self.series.ttl)
+        )?;
+        writeln!(
+            out,
+            "limits: serves at most {} sessions pinning {} together; {} per session",
+            self.limits.max_sessions,
+            ByteSize(self.limits.max_pinned_bytes),
+            ByteSize(self.limits.max_session_bytes)
         )?;
         let s = &self.selection;
         writeln!(

@@ -110,10 +110,96 @@ fn shipped_lab_config_parses() {
         assert_eq!(p.interval(), Duration::from_secs(10));
         assert_eq!(p.rate_limit(), Some(RateLimit::BitsPerSecond(20e6)));
         assert_eq!(p.qp_timeout(), 17);
-        assert_eq!(c.auth(), &Auth::PskFile("/tmp/psk".into()));
+        assert_eq!(
+            c.auth(),
+            &Auth::PskFile {
+                path: "/tmp/psk".into(),
+                previous: None
+            }
+        );
     }
     let e = Config::from_str(LAB, "config/lab.yaml", |_| None).unwrap_err();
     assert!(e.to_string().contains("NODE_NAME is not set"), "{e}");
+}
+
+#[test]
+fn limits_default_to_the_responders_and_can_be_set() {
+    let c = ok(&minimal(""));
+    assert_eq!(
+        *c.limits(),
+        Limits {
+            max_sessions: 16,
+            max_pinned_bytes: 1 << 30,
+            max_session_bytes: 64 << 20
+        }
+    );
+    let c = ok(&minimal(
+        "limits: {max_sessions: 4, max_pinned: 256MiB, max_session_memory: 8MiB}\n",
+    ));
+    assert_eq!(
+        *c.limits(),
+        Limits {
+            max_sessions: 4,
+            max_pinned_bytes: 256 << 20,
+            max_session_bytes: 8 << 20
+        }
+    );
+    assert!(c
+        .render()
+        .contains("limits: serves at most 4 sessions pinning 256MiB together; 8MiB per session"));
+}
+
+#[test]
+fn a_previous_key_is_read_for_a_rollover() {
+    let c = ok("node: a\nauth: {psk_file: /k/new, previous_psk_file: /k/old}\n");
+    assert_eq!(
+        c.auth(),
+        &Auth::PskFile {
+            path: "/k/new".into(),
+            previous: Some("/k/old".into())
+        }
+    );
+    assert_eq!(
+        c.auth().previous_psk_file(),
+        Some(std::path::Path::new("/k/old"))
+    );
+    assert!(c
+        .render()
+        .contains("auth: pre-shared key from /k/new, and the previous key from /k/old"));
+}
+
+#[test]
+fn both_keys_of_a_rollover_are_loaded_and_checked() {
+    use crate::control::AuthMode;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("rdma-probe-rollover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, mode: u32| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{name}-key-of-enough-length\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path.display().to_string()
+    };
+    let (new, old, open) = (
+        write("new", 0o600),
+        write("old", 0o400),
+        write("open", 0o644),
+    );
+    let config = |prev: &str| {
+        ok(&format!(
+            "node: a\nauth: {{psk_file: {new}, previous_psk_file: {prev}}}\n"
+        ))
+    };
+    match config(&old).auth().load().unwrap() {
+        AuthMode::Psk(keys) => assert!(keys.has_previous()),
+        AuthMode::None => panic!("expected keys"),
+    }
+    let err = config(&open).auth().load().unwrap_err().to_string();
+    assert!(err.contains(&format!("chmod 600 {open}")), "{err}");
+    let missing = format!("{old}.missing");
+    let err = config(&missing).auth().load().unwrap_err().to_string();
+    assert!(err.contains(&missing), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -343,6 +429,26 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
         ("node: a\n".into(), Kind::Value, 1, 1, "auth", "auth: none"),
         ("node: a\nauth: open\n".into(), Kind::Value, 2, 7, "auth", "literally"),
         ("node: a\nauth: {psk_file: ''}\n".into(), Kind::Value, 2, 18, "auth.psk_file", "empty"),
+        (format!("{n}limits: {{max_sessions: 0}}\n"), Kind::Value, 3, 24, "limits.max_sessions",
+         "out of range"),
+        (format!("{n}limits: {{max_sessions: 5000}}\n"), Kind::Value, 3, 24,
+         "limits.max_sessions", "1 to 4096"),
+        (format!("{n}limits: {{max_pinned: 0}}\n"), Kind::Value, 3, 22, "limits.max_pinned",
+         "zero"),
+        (format!("{n}limits: {{max_pinned: 32MiB}}\n"), Kind::Value, 3, 22, "limits.max_pinned",
+         "32MiB is less than limits.max_session_memory (64MiB)"),
+        (format!("{n}limits: {{max_session_memory: lots}}\n"), Kind::Value, 3, 30,
+         "limits.max_session_memory", "lots"),
+        (format!("{n}limits: {{sessions: 3}}\n"), Kind::Yaml, 3, 10, "limits.sessions",
+         "max_sessions"),
+        ("node: a\nauth: {previous_psk_file: /old}\n".into(), Kind::Yaml, 2, 8, "auth",
+         "missing field `psk_file`"),
+        ("node: a\nauth: {psk_file: /k, previous_psk_file: ''}\n".into(), Kind::Value, 2, 41,
+         "auth.previous_psk_file", "empty"),
+        ("node: a\nauth: {psk_file: /k, previous_psk_file: /k}\n".into(), Kind::Value, 2, 41,
+         "auth.previous_psk_file", "same file as auth.psk_file"),
+        ("node: a\nauth: {psk_file: /k, psk_file: /j}\n".into(), Kind::Yaml, 2, 22, "auth",
+         "duplicate mapping key `psk_file`"),
         ("node: a b\nauth: none\n".into(), Kind::Value, 1, 7, "node", "whitespace"),
         (format!("{n}labels: {{1rack: x}}\n"), Kind::Value, 3, 10, "labels.1rack", "Prometheus"),
         (format!("{n}labels: {{__x: x}}\n"), Kind::Value, 3, 10, "labels.__x", "reserved"),

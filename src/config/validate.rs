@@ -56,6 +56,10 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("`auth: {psk_file: PATH}` or, to run without authentication, `auth: none`")
         }
         ("auth", "psk_file") => s("the path of the file holding the pre-shared key"),
+        ("auth", "previous_psk_file") => s(
+            "during a key rollover, the path of the file holding the previous pre-shared key \
+             (also accepted; docs/security.md)",
+        ),
         ("", "devices") => s(
             "a list of {name: DEVICE, port: N, rail: N, gid_index: auto | N}; \
                                without it every active RDMA device is used",
@@ -88,6 +92,20 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         ("", "series") => s("a mapping {budget: N, ttl: DURATION}"),
         ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4500"),
         ("series", "ttl") => s("a duration from 1m to 7d, e.g. 10m"),
+        ("", "limits") => s(
+            "a mapping {max_sessions: N, max_pinned: SIZE, max_session_memory: SIZE}",
+        ),
+        ("limits", "max_sessions") => s(&format!(
+            "the sessions this node serves at once, 1 to {MAX_MAX_SESSIONS} (default \
+             {DEFAULT_MAX_SESSIONS})"
+        )),
+        ("limits", "max_pinned") => s(
+            "the memory all served sessions pin together, e.g. 1GiB (the default), at least \
+             max_session_memory",
+        ),
+        ("limits", "max_session_memory") => {
+            s("the memory one session pins on each end, e.g. 64MiB (the default)")
+        }
         ("schedule", "duty_cycle") => {
             s("a percentage of wall time each local device may spend bursting, from 0.1% to 100%, e.g. 5%")
         }
@@ -434,6 +452,7 @@ impl Ctx<'_> {
         };
         let schedule = self.schedule(raw.schedule.as_ref())?;
         let series = self.series(raw.series.as_ref())?;
+        let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
             node,
@@ -448,6 +467,7 @@ impl Ctx<'_> {
             selection,
             schedule,
             series,
+            limits,
         })
     }
 
@@ -507,9 +527,30 @@ impl Ctx<'_> {
                     quote(word)
                 ),
             )),
-            RawAuth::PskFile(path) => Ok(Auth::PskFile(PathBuf::from(
-                self.non_empty(path, "auth.psk_file")?,
-            ))),
+            RawAuth::PskFile {
+                psk_file,
+                previous_psk_file,
+            } => {
+                let path = PathBuf::from(self.non_empty(psk_file, "auth.psk_file")?);
+                let previous = previous_psk_file
+                    .as_ref()
+                    .map(|p| {
+                        self.non_empty(p, "auth.previous_psk_file")
+                            .map(PathBuf::from)
+                    })
+                    .transpose()?;
+                if let (Some(prev), Some(raw)) = (&previous, previous_psk_file) {
+                    if *prev == path {
+                        return Err(self.invalid(
+                            self.pos(raw),
+                            "auth.previous_psk_file",
+                            "is the same file as auth.psk_file; name the previous key's file, \
+                             or remove previous_psk_file once the rollover is done",
+                        ));
+                    }
+                }
+                Ok(Auth::PskFile { path, previous })
+            }
         }
     }
 
@@ -1018,6 +1059,37 @@ impl Ctx<'_> {
             series.ttl = ttl;
         }
         Ok(series)
+    }
+
+    fn limits(&self, raw: Option<&Spanned<super::file::RawLimits>>) -> Result<Limits, ConfigError> {
+        let mut limits = Limits::default();
+        let Some(raw) = raw else {
+            return Ok(limits);
+        };
+        let r = &raw.value;
+        if let Some(n) = &r.max_sessions {
+            limits.max_sessions = self.number(n, "limits.max_sessions", 1, MAX_MAX_SESSIONS)?;
+        }
+        if let Some(size) = &r.max_pinned {
+            limits.max_pinned_bytes = self.byte_size(size, "limits.max_pinned")?.bytes();
+        }
+        if let Some(size) = &r.max_session_memory {
+            limits.max_session_bytes = self.byte_size(size, "limits.max_session_memory")?.bytes();
+        }
+        if limits.max_pinned_bytes < limits.max_session_bytes {
+            let at = r.max_pinned.as_ref().or(r.max_session_memory.as_ref());
+            return Err(self.invalid(
+                at.map_or(self.pos(raw), |s| self.pos(s)),
+                "limits.max_pinned",
+                format!(
+                    "{} is less than limits.max_session_memory ({}): not even one session \
+                     would fit",
+                    ByteSize(limits.max_pinned_bytes),
+                    ByteSize(limits.max_session_bytes)
+                ),
+            ));
+        }
+        Ok(limits)
     }
 
     fn rate_limit(&self, scalar: &Scalar, path: &str) -> Result<Option<RateLimit>, ConfigError> {

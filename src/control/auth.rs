@@ -12,11 +12,11 @@
 //! inputs have a fixed length, so the concatenation is unambiguous. Tags are compared in constant
 //! time (`Mac::verify_slice`).
 //!
-//! What this does *not* do: it authenticates the handshake, not every later frame, and nothing is
-//! encrypted. It keeps unauthenticated clients from obtaining QP numbers, rkeys and addresses or
-//! from making a responder pin memory, which is the threat it is for (docs/architecture.md,
-//! "Authentication"); an attacker who can hijack an established TCP connection on the management
-//! network is out of scope (run the control port on a trusted network, or add TLS in front).
+//! A server holding two keys (during a rollover) sends a proof under each; the client proves with
+//! the first of its own keys that one of them verifies under, and the server accepts a client
+//! proof under either of its keys. The key both proved is what `seal` derives the connection's
+//! frame keys from, so every frame after the handshake is encrypted and authenticated too
+//! (docs/security.md).
 //!
 //! Everything here is pure (apart from drawing nonces from the OS) and unit-tested.
 
@@ -27,7 +27,12 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use thiserror::Error;
 
+use zeroize::Zeroizing;
+
+#[cfg(doc)]
+use super::message::MAX_KEYS;
 use super::message::{Nonce, Proof};
+use super::seal::{FrameKeys, Role};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -36,7 +41,7 @@ const CLIENT_LABEL: &[u8] = b"rdma-probe client";
 
 /// A pre-shared key. Its bytes never appear in `Debug` output or in error messages.
 #[derive(Clone)]
-pub struct Psk(Vec<u8>);
+pub struct Psk(Zeroizing<Vec<u8>>);
 
 /// Why a PSK could not be loaded. Deliberately never contains key material.
 #[derive(Debug, Error)]
@@ -57,6 +62,17 @@ pub enum PskError {
         path: Option<PathBuf>,
         len: usize,
         min: usize,
+    },
+    /// The file's mode lets others than its owner read (or change) the key.
+    #[error(
+        "pre-shared key file {path} has mode {mode:04o}: {exposure}; refusing a key that is not \
+         private. Fix: chmod 600 {path} (docs/security.md, \"Key files\")",
+        path = .path.display()
+    )]
+    NotPrivate {
+        path: PathBuf,
+        mode: u32,
+        exposure: &'static str,
     },
 }
 
@@ -80,12 +96,29 @@ impl Psk {
     /// Read the key from a file (e.g. a mounted Kubernetes Secret). One trailing newline (`\n` or
     /// `\r\n`) is removed, because `echo secret > file` and most editors add one and the two ends
     /// would otherwise disagree on the key; any other byte, including other whitespace, is key.
+    ///
+    /// A file others may read is refused before it is read ([`exposure`]), checked on the open
+    /// file so that what is checked is what is read.
     pub fn load(path: impl AsRef<Path>) -> Result<Psk, PskError> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+
         let path = path.as_ref();
-        let mut bytes = std::fs::read(path).map_err(|source| PskError::Read {
+        let read_error = |source| PskError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let mut file = std::fs::File::open(path).map_err(read_error)?;
+        let meta = file.metadata().map_err(read_error)?;
+        if let Some(exposure) = exposure(meta.mode(), meta.uid()) {
+            return Err(PskError::NotPrivate {
+                path: path.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+                exposure,
+            });
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
             if bytes.last() == Some(&b'\r') {
@@ -106,11 +139,31 @@ impl Psk {
                 min: Self::MIN_LEN,
             });
         }
-        Ok(Psk(bytes))
+        Ok(Psk(Zeroizing::new(bytes)))
     }
 
     fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// Why a key file with this mode and owner is not private, or `None` if it is.
+///
+/// Others may have no access at all, and the group may never write. The group may read only a
+/// file owned by root: that is how a Kubernetes Secret volume reaches a non-root exporter (the
+/// kubelet owns the files and, with `fsGroup`, gives that group read access whatever the
+/// `defaultMode`), and how a root-managed key is shared with a service's group (PostgreSQL
+/// accepts its key files on the same terms). A file owned by anyone else must be `0600` or
+/// stricter (docs/security.md, "Key files").
+pub fn exposure(mode: u32, owner_uid: u32) -> Option<&'static str> {
+    if mode & 0o007 != 0 {
+        Some("users other than its owner and group can access it")
+    } else if mode & 0o020 != 0 {
+        Some("its group can change it")
+    } else if mode & 0o050 != 0 && owner_uid != 0 {
+        Some("its group can read it (allowed only for a file owned by root)")
+    } else {
+        None
     }
 }
 
@@ -124,19 +177,85 @@ impl fmt::Debug for Psk {
 ///
 /// `None` exists only because the config can say `auth: none` explicitly. It runs the very same
 /// handshake with an empty key, so there is one code path: both ends must agree, and a node with
-/// `None` talking to a node with a PSK fails exactly like a wrong key (reason `auth`).
+/// `None` talking to a node with a PSK fails exactly like a wrong key (reason `auth`). It does not
+/// protect the frames after the handshake: keys derived from an empty secret would be anyone's.
 #[derive(Clone, Debug)]
 pub enum AuthMode {
-    Psk(Psk),
+    Psk(Keys),
     None,
 }
 
+/// The keys a node holds: the one it prefers and, during a rollover, the previous one
+/// (docs/security.md, "Rotating the key"). A responder accepts either; a prober proves with the
+/// first one the responder also holds.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    current: Psk,
+    previous: Option<Psk>,
+}
+
+impl Keys {
+    pub fn new(current: Psk, previous: Option<Psk>) -> Keys {
+        Keys { current, previous }
+    }
+
+    /// Whether a previous key is held next to the current one.
+    pub fn has_previous(&self) -> bool {
+        self.previous.is_some()
+    }
+}
+
 impl AuthMode {
-    fn key(&self) -> &[u8] {
+    /// One key.
+    pub fn psk(psk: Psk) -> AuthMode {
+        AuthMode::Psk(Keys::new(psk, None))
+    }
+
+    /// The keys to try, in order of preference: at most [`MAX_KEYS`]; `None` proves with the
+    /// empty key.
+    fn keys(&self) -> Vec<&[u8]> {
         match self {
-            AuthMode::Psk(psk) => psk.as_bytes(),
-            AuthMode::None => &[],
+            AuthMode::Psk(keys) => std::iter::once(&keys.current)
+                .chain(keys.previous.as_ref())
+                .map(Psk::as_bytes)
+                .collect(),
+            AuthMode::None => vec![&[]],
         }
+    }
+
+    /// Whether frames after the handshake are protected (always, except with `auth: none`).
+    pub fn protects_frames(&self) -> bool {
+        matches!(self, AuthMode::Psk(_))
+    }
+}
+
+/// The key both ends proved in one handshake, from which that connection's frame keys come.
+pub struct AgreedKey<'a> {
+    key: &'a [u8],
+    protect: bool,
+}
+
+impl AgreedKey<'_> {
+    /// The connection's frame keys, or `None` with `auth: none` (frames stay clear).
+    pub fn frame_keys(
+        &self,
+        client_nonce: &Nonce,
+        server_nonce: &Nonce,
+        role: Role,
+    ) -> Option<FrameKeys> {
+        self.protect
+            .then(|| FrameKeys::derive(self.key, client_nonce, server_nonce, role))
+    }
+
+    /// The client's proof for this handshake.
+    pub fn client_proof(&self, server_nonce: &Nonce, client_nonce: &Nonce) -> Proof {
+        client_proof(self.key, server_nonce, client_nonce)
+    }
+}
+
+impl fmt::Debug for AgreedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AgreedKey(<redacted>)")
     }
 }
 
@@ -147,9 +266,9 @@ pub fn new_nonce() -> Result<Nonce, getrandom::Error> {
     Ok(nonce)
 }
 
-fn mac(auth: &AuthMode, label: &[u8], first: &Nonce, second: &Nonce) -> HmacSha256 {
+fn mac(key: &[u8], label: &[u8], first: &Nonce, second: &Nonce) -> HmacSha256 {
     // HMAC accepts keys of any length (including empty), so this cannot fail.
-    let mut mac = <HmacSha256 as Mac>::new_from_slice(auth.key())
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(key)
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
     mac.update(label);
     mac.update(first);
@@ -157,44 +276,72 @@ fn mac(auth: &AuthMode, label: &[u8], first: &Nonce, second: &Nonce) -> HmacSha2
     mac
 }
 
-/// The server's proof for this pair of nonces.
-pub fn server_proof(auth: &AuthMode, client_nonce: &Nonce, server_nonce: &Nonce) -> Proof {
-    mac(auth, SERVER_LABEL, client_nonce, server_nonce)
+/// The server's proof for this pair of nonces under `key`.
+fn server_proof(key: &[u8], client_nonce: &Nonce, server_nonce: &Nonce) -> Proof {
+    mac(key, SERVER_LABEL, client_nonce, server_nonce)
         .finalize()
         .into_bytes()
         .into()
 }
 
-/// The client's proof for this pair of nonces.
-pub fn client_proof(auth: &AuthMode, server_nonce: &Nonce, client_nonce: &Nonce) -> Proof {
-    mac(auth, CLIENT_LABEL, server_nonce, client_nonce)
+/// The client's proof for this pair of nonces under `key`.
+fn client_proof(key: &[u8], server_nonce: &Nonce, client_nonce: &Nonce) -> Proof {
+    mac(key, CLIENT_LABEL, server_nonce, client_nonce)
         .finalize()
         .into_bytes()
         .into()
 }
 
-/// Constant-time check of a server proof (done by the client).
-pub fn verify_server_proof(
-    auth: &AuthMode,
-    client_nonce: &Nonce,
-    server_nonce: &Nonce,
-    proof: &Proof,
-) -> bool {
-    mac(auth, SERVER_LABEL, client_nonce, server_nonce)
-        .verify_slice(proof)
-        .is_ok()
+/// The server's proofs, one per key it holds, in its order of preference.
+pub fn server_proofs(auth: &AuthMode, client_nonce: &Nonce, server_nonce: &Nonce) -> Vec<Proof> {
+    auth.keys()
+        .into_iter()
+        .map(|key| server_proof(key, client_nonce, server_nonce))
+        .collect()
 }
 
-/// Constant-time check of a client proof (done by the server).
-pub fn verify_client_proof(
-    auth: &AuthMode,
+/// The client's side: the first of its keys that one of the server's proofs verifies under
+/// (constant-time comparisons), or `None` if the server holds none of them.
+pub fn verify_server_proofs<'a>(
+    auth: &'a AuthMode,
+    client_nonce: &Nonce,
+    server_nonce: &Nonce,
+    proofs: &[Proof],
+) -> Option<AgreedKey<'a>> {
+    auth.keys()
+        .into_iter()
+        .find(|key| {
+            proofs.iter().any(|proof| {
+                mac(key, SERVER_LABEL, client_nonce, server_nonce)
+                    .verify_slice(proof)
+                    .is_ok()
+            })
+        })
+        .map(|key| AgreedKey {
+            key,
+            protect: auth.protects_frames(),
+        })
+}
+
+/// The server's side: the key among its own the client's proof verifies under (constant-time
+/// comparisons), or `None`.
+pub fn verify_client_proof<'a>(
+    auth: &'a AuthMode,
     server_nonce: &Nonce,
     client_nonce: &Nonce,
     proof: &Proof,
-) -> bool {
-    mac(auth, CLIENT_LABEL, server_nonce, client_nonce)
-        .verify_slice(proof)
-        .is_ok()
+) -> Option<AgreedKey<'a>> {
+    auth.keys()
+        .into_iter()
+        .find(|key| {
+            mac(key, CLIENT_LABEL, server_nonce, client_nonce)
+                .verify_slice(proof)
+                .is_ok()
+        })
+        .map(|key| AgreedKey {
+            key,
+            protect: auth.protects_frames(),
+        })
 }
 
 #[cfg(test)]
@@ -203,16 +350,74 @@ mod tests {
 
     const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
 
-    fn psk(key: &[u8]) -> AuthMode {
-        AuthMode::Psk(Psk::from_bytes(key).unwrap())
+    fn key(bytes: &[u8]) -> Psk {
+        Psk::from_bytes(bytes).unwrap()
     }
 
-    fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    fn psk(bytes: &[u8]) -> AuthMode {
+        AuthMode::psk(key(bytes))
+    }
+
+    fn temp_file_with_mode(name: &str, contents: &[u8], mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("rdma-probe-psk-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         path
+    }
+
+    fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+        temp_file_with_mode(name, contents, 0o600)
+    }
+
+    #[test]
+    fn key_files_others_can_read_are_refused_with_the_fix() {
+        use std::os::unix::fs::MetadataExt;
+        let key = b"0123456789abcdef0123\n";
+        for mode in [0o600, 0o400] {
+            let p = temp_file_with_mode(&format!("ok-{mode:o}"), key, mode);
+            assert!(Psk::load(&p).is_ok(), "{mode:o}");
+        }
+        for (mode, said) in [
+            (0o644, "other"),
+            (0o604, "other"),
+            (0o602, "other"),
+            (0o620, "group can change"),
+        ] {
+            let p = temp_file_with_mode(&format!("bad-{mode:o}"), key, mode);
+            let err = Psk::load(&p).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, PskError::NotPrivate { .. }), "{text}");
+            assert!(text.contains(&format!("mode {mode:04o}")), "{text}");
+            assert!(text.contains(said), "{text}");
+            assert!(
+                text.contains(&format!("chmod 600 {}", p.display())),
+                "{text}"
+            );
+            assert!(!text.contains("0123456789abcdef"), "{text}");
+        }
+        // Group-readable: only for a root-owned file.
+        let p = temp_file_with_mode("group-read", key, 0o640);
+        let owner = std::fs::metadata(&p).unwrap().uid();
+        assert_eq!(Psk::load(&p).is_ok(), owner == 0);
+    }
+
+    #[test]
+    fn exposure_follows_owner_and_mode() {
+        assert_eq!(exposure(0o100600, 1000), None);
+        assert_eq!(exposure(0o100400, 1000), None);
+        assert_eq!(exposure(0o100000, 1000), None);
+        // A Kubernetes Secret with fsGroup: root-owned, 0440.
+        assert_eq!(exposure(0o100440, 0), None);
+        assert_eq!(exposure(0o100640, 0), None);
+        assert!(exposure(0o100440, 65532).is_some());
+        assert!(exposure(0o100640, 1000).is_some());
+        assert!(exposure(0o100660, 0).is_some());
+        assert!(exposure(0o100444, 0).is_some());
+        assert!(exposure(0o100604, 0).is_some());
+        assert!(exposure(0o100601, 1000).is_some());
     }
 
     #[test]
@@ -250,10 +455,13 @@ mod tests {
 
     #[test]
     fn debug_never_shows_the_key() {
-        let key = Psk::from_bytes(&b"super-secret-key-material"[..]).unwrap();
-        assert_eq!(format!("{key:?}"), "Psk(<redacted>)");
-        let mode = AuthMode::Psk(key);
+        let secret = Psk::from_bytes(&b"super-secret-key-material"[..]).unwrap();
+        assert_eq!(format!("{secret:?}"), "Psk(<redacted>)");
+        let mode = AuthMode::Psk(Keys::new(secret.clone(), Some(secret)));
         assert!(!format!("{mode:?}").contains("secret"));
+        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        let agreed = verify_server_proofs(&mode, &cn, &sn, &server_proofs(&mode, &cn, &sn));
+        assert_eq!(format!("{agreed:?}"), "Some(AgreedKey(<redacted>))");
     }
 
     #[test]
@@ -261,33 +469,94 @@ mod tests {
         assert_ne!(new_nonce().unwrap(), new_nonce().unwrap());
     }
 
+    /// Whether a client holding `client` and a server holding `server` agree on a key.
+    fn agree(client: &AuthMode, server: &AuthMode) -> bool {
+        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        let proofs = server_proofs(server, &cn, &sn);
+        let Some(key) = verify_server_proofs(client, &cn, &sn, &proofs) else {
+            return false;
+        };
+        let proof = key.client_proof(&sn, &cn);
+        verify_client_proof(server, &sn, &cn, &proof).is_some()
+    }
+
     #[test]
     fn proofs_verify_with_the_same_key_only() {
         let (a, b) = (psk(KEY), psk(b"another key, 16+ bytes long"));
+        assert!(agree(&a, &a));
+        assert!(agree(&AuthMode::None, &AuthMode::None));
+        assert!(!agree(&a, &b));
+        assert!(!agree(&b, &a));
+        assert!(!agree(&AuthMode::None, &a));
+        assert!(!agree(&a, &AuthMode::None));
+    }
+
+    #[test]
+    fn either_key_of_a_rollover_is_accepted() {
+        let (old, new) = (
+            &b"the old key, 16+ bytes long"[..],
+            &b"the new key, 16+ bytes long"[..],
+        );
+        let both = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
+        assert!(agree(&psk(old), &both));
+        assert!(agree(&psk(new), &both));
+        assert!(agree(&both, &psk(old)));
+        assert!(agree(&both, &psk(new)));
+        assert!(agree(&both, &both));
+        let neither = psk(b"neither key, 16+ bytes long");
+        assert!(!agree(&neither, &both));
+        assert!(!agree(&both, &neither));
+        assert!(!agree(&AuthMode::None, &both));
+    }
+
+    #[test]
+    fn a_client_with_both_keys_prefers_its_first() {
+        let (old, new) = (
+            &b"the old key, 16+ bytes long"[..],
+            &b"the new key, 16+ bytes long"[..],
+        );
+        let client = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
+        let server = AuthMode::Psk(Keys::new(key(old), Some(key(new))));
         let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let sp = server_proof(&a, &cn, &sn);
-        let cp = client_proof(&a, &sn, &cn);
-        assert!(verify_server_proof(&a, &cn, &sn, &sp));
-        assert!(verify_client_proof(&a, &sn, &cn, &cp));
-        assert!(!verify_server_proof(&b, &cn, &sn, &sp));
-        assert!(!verify_client_proof(&b, &sn, &cn, &cp));
-        assert!(!verify_server_proof(&AuthMode::None, &cn, &sn, &sp));
+        let agreed =
+            verify_server_proofs(&client, &cn, &sn, &server_proofs(&server, &cn, &sn)).unwrap();
+        assert_eq!(agreed.key, new);
+        // The server finds the key the client proved, whatever its own order.
+        let proof = agreed.client_proof(&sn, &cn);
+        assert_eq!(
+            verify_client_proof(&server, &sn, &cn, &proof).unwrap().key,
+            new
+        );
     }
 
     #[test]
     fn proofs_are_bound_to_role_and_nonces() {
         let a = psk(KEY);
         let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let sp = server_proof(&a, &cn, &sn);
+        let sp = server_proof(KEY, &cn, &sn);
         // A server proof is not a client proof (reflection), even with the nonces swapped.
-        assert!(!verify_client_proof(&a, &sn, &cn, &sp));
-        assert!(!verify_client_proof(&a, &cn, &sn, &sp));
+        assert!(verify_client_proof(&a, &sn, &cn, &sp).is_none());
+        assert!(verify_client_proof(&a, &cn, &sn, &sp).is_none());
         // Another nonce on either side invalidates it (replay).
-        assert!(!verify_server_proof(&a, &[3; 32], &sn, &sp));
-        assert!(!verify_server_proof(&a, &cn, &[3; 32], &sp));
+        assert!(verify_server_proofs(&a, &[3; 32], &sn, &[sp]).is_none());
+        assert!(verify_server_proofs(&a, &cn, &[3; 32], &[sp]).is_none());
         let mut flipped = sp;
         flipped[31] ^= 1;
-        assert!(!verify_server_proof(&a, &cn, &sn, &flipped));
+        assert!(verify_server_proofs(&a, &cn, &sn, &[flipped]).is_none());
+        assert!(verify_server_proofs(&a, &cn, &sn, &[flipped, sp]).is_some());
+    }
+
+    #[test]
+    fn frames_are_protected_except_with_auth_none() {
+        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        for (mode, protected) in [(psk(KEY), true), (AuthMode::None, false)] {
+            let agreed =
+                verify_server_proofs(&mode, &cn, &sn, &server_proofs(&mode, &cn, &sn)).unwrap();
+            assert_eq!(
+                agreed.frame_keys(&cn, &sn, Role::Prober).is_some(),
+                protected
+            );
+        }
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -300,24 +569,16 @@ mod tests {
         // refactor of this one) can check itself against the same bytes.
         let (cn, sn) = ([1u8; 32], [2u8; 32]);
         assert_eq!(
-            hex(&server_proof(&psk(KEY), &cn, &sn)),
+            hex(&server_proof(KEY, &cn, &sn)),
             "7b7a0c3f5aea2f7ea5f98cd7255ecb3c0f5ba264ec2abebfa908303fdce175d2"
         );
         assert_eq!(
-            hex(&client_proof(&psk(KEY), &sn, &cn)),
+            hex(&client_proof(KEY, &sn, &cn)),
             "5aebb3526f6fed5a21d44309bad331a86e8a0871d1ae4f1092e4d2a251b01cd4"
         );
         assert_eq!(
-            hex(&server_proof(&AuthMode::None, &cn, &sn)),
+            hex(&server_proofs(&AuthMode::None, &cn, &sn)[0]),
             "276dcf324baae7a35bab3a74719fdf3cebd5ec5cb4ca3d2e60bf8f8e0494dbc6"
         );
-    }
-
-    #[test]
-    fn auth_none_uses_an_empty_key_on_both_sides() {
-        let (cn, sn) = ([9u8; 32], [8u8; 32]);
-        let sp = server_proof(&AuthMode::None, &cn, &sn);
-        assert!(verify_server_proof(&AuthMode::None, &cn, &sn, &sp));
-        assert!(!verify_server_proof(&psk(KEY), &cn, &sn, &sp));
     }
 }

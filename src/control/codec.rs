@@ -6,10 +6,15 @@
 //! offset  size  field
 //!      0     4  magic  b"RPXC"           (rejects stray clients, e.g. HTTP, at the first bytes)
 //!      4     2  protocol version, u16 BE (checked before anything else is interpreted)
-//!      6     2  flags, u16 BE            (reserved: must be 0 in v1)
+//!      6     2  flags, u16 BE            (bit 0: protected; every other bit must be 0)
 //!      8     4  payload length, u32 BE   (at most MAX_FRAME_LEN - HEADER_LEN)
-//!     12     n  payload: the Message as JSON (see `message`)
+//!     12     n  payload: the Message as JSON (see `message`), or, in a protected frame, that
+//!               JSON encrypted and followed by its 16-byte tag (see `seal`)
 //! ```
+//!
+//! The handshake's frames are clear; every frame after it is protected, unless both ends run
+//! with `auth: none` (docs/security.md). This module handles the header and clear frames;
+//! `seal` protects and opens the others with the same header checks.
 //!
 //! Why JSON for the payload: the messages are small and rare (a handful per burst, bursts are
 //! seconds apart), so compactness buys nothing, while a readable payload makes packet captures and
@@ -34,7 +39,7 @@ use super::message::{escape_unsafe_chars, object_form, Message};
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"RPXC";
 /// The control protocol version this build speaks. Bump on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Size of the fixed frame header.
 pub const HEADER_LEN: usize = 12;
 /// Largest frame (header + payload) either side sends or accepts. The biggest legitimate message,
@@ -64,7 +69,36 @@ pub enum CodecError {
     Malformed(String),
 }
 
-/// Encode `msg` as one frame of the current protocol version.
+/// The flags field of a frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameFlags(u16);
+
+impl FrameFlags {
+    /// A frame of the handshake, or of a connection with `auth: none`: the payload is JSON.
+    pub const CLEAR: FrameFlags = FrameFlags(0);
+    /// A frame after the handshake: the payload is the encrypted JSON and its tag (`seal`).
+    pub const PROTECTED: FrameFlags = FrameFlags(1);
+    /// Every flag this version knows; any other bit is refused rather than ignored (a new flag
+    /// would change how the payload is read, and needs a new protocol version anyway).
+    const KNOWN: u16 = 1;
+
+    pub fn contains(self, other: FrameFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// One whole frame found at the start of a buffer, its header checked, its payload not read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawFrame<'a> {
+    /// The 12 header bytes (the associated data of a protected frame).
+    pub header: &'a [u8],
+    pub flags: FrameFlags,
+    pub payload: &'a [u8],
+    /// Header and payload: the bytes the frame takes in the stream.
+    pub len: usize,
+}
+
+/// Encode `msg` as one clear frame of the current protocol version.
 ///
 /// Fails if the message does not pass [`Message::validate`] (we never send what we would reject)
 /// or if it does not fit in [`MAX_FRAME_LEN`].
@@ -75,27 +109,49 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, CodecError> {
 /// Encode with an explicit header version. Only tests need another version than ours (to act as an
 /// old or future peer); production code uses [`encode`].
 pub(crate) fn encode_with_version(msg: &Message, version: u16) -> Result<Vec<u8>, CodecError> {
-    msg.validate().map_err(CodecError::Malformed)?;
-    let mut frame = Vec::with_capacity(256);
-    frame.extend_from_slice(&MAGIC);
-    frame.extend_from_slice(&version.to_be_bytes());
-    frame.extend_from_slice(&0u16.to_be_bytes());
-    frame.extend_from_slice(&[0u8; 4]); // length, patched below
-    serde_json::to_writer(&mut frame, msg)
-        .map_err(|e| CodecError::Malformed(format!("cannot serialize {}: {e}", msg.kind())))?;
-    if frame.len() > MAX_FRAME_LEN {
-        return Err(CodecError::FrameTooLarge {
-            len: frame.len() as u64,
-            max: MAX_FRAME_LEN,
-        });
-    }
-    let payload_len = u32::try_from(frame.len() - HEADER_LEN)
-        .map_err(|_| CodecError::Malformed("payload length overflow".into()))?;
-    frame[8..12].copy_from_slice(&payload_len.to_be_bytes());
+    let json = message_json(msg)?;
+    let mut frame = header_with_version(version, FrameFlags::CLEAR, json.len())?.to_vec();
+    frame.extend_from_slice(&json);
     Ok(frame)
 }
 
-/// Try to decode one frame from the start of `buf`.
+/// The payload of `msg`: its JSON, once it passed [`Message::validate`].
+pub(crate) fn message_json(msg: &Message) -> Result<Vec<u8>, CodecError> {
+    msg.validate().map_err(CodecError::Malformed)?;
+    serde_json::to_vec(msg)
+        .map_err(|e| CodecError::Malformed(format!("cannot serialize {}: {e}", msg.kind())))
+}
+
+/// The header of a frame of this version with `payload_len` bytes of payload.
+pub(crate) fn header(
+    flags: FrameFlags,
+    payload_len: usize,
+) -> Result<[u8; HEADER_LEN], CodecError> {
+    header_with_version(PROTOCOL_VERSION, flags, payload_len)
+}
+
+fn header_with_version(
+    version: u16,
+    flags: FrameFlags,
+    payload_len: usize,
+) -> Result<[u8; HEADER_LEN], CodecError> {
+    let too_large = || CodecError::FrameTooLarge {
+        len: (HEADER_LEN as u64).saturating_add(payload_len as u64),
+        max: MAX_FRAME_LEN,
+    };
+    if payload_len > MAX_PAYLOAD_LEN {
+        return Err(too_large());
+    }
+    let len = u32::try_from(payload_len).map_err(|_| too_large())?;
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&version.to_be_bytes());
+    header[6..8].copy_from_slice(&flags.0.to_be_bytes());
+    header[8..].copy_from_slice(&len.to_be_bytes());
+    Ok(header)
+}
+
+/// Try to decode one clear frame from the start of `buf`.
 ///
 /// * `Ok(Some((msg, consumed)))`: a complete, valid message; drop `consumed` bytes from the buffer.
 /// * `Ok(None)`: `buf` is a valid prefix of a frame; read more bytes and call again.
@@ -104,7 +160,9 @@ pub(crate) fn encode_with_version(msg: &Message, version: u16) -> Result<Vec<u8>
 ///
 /// Errors are reported as early as the bytes allow: a wrong magic at the first differing byte, a
 /// wrong version or oversize length as soon as the header is complete (before waiting for, or
-/// buffering, the payload).
+/// buffering, the payload). A protected frame is an error here: [`seal::Opener`] opens those.
+///
+/// [`seal::Opener`]: super::seal::Opener
 pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, CodecError> {
     decode_with_version(buf, PROTOCOL_VERSION)
 }
@@ -114,6 +172,26 @@ pub(crate) fn decode_with_version(
     buf: &[u8],
     ours: u16,
 ) -> Result<Option<(Message, usize)>, CodecError> {
+    let Some(frame) = split_frame_with_version(buf, ours)? else {
+        return Ok(None);
+    };
+    if frame.flags.contains(FrameFlags::PROTECTED) {
+        return Err(CodecError::Malformed(
+            "a protected frame where a clear one belongs (before the handshake finished, or \
+             with auth: none)"
+                .into(),
+        ));
+    }
+    Ok(Some((parse_message(frame.payload)?, frame.len)))
+}
+
+/// The frame at the start of `buf`, its header checked (magic, version, flags, length);
+/// `Ok(None)` while the buffer holds only part of it.
+pub(crate) fn split_frame(buf: &[u8]) -> Result<Option<RawFrame<'_>>, CodecError> {
+    split_frame_with_version(buf, PROTOCOL_VERSION)
+}
+
+fn split_frame_with_version(buf: &[u8], ours: u16) -> Result<Option<RawFrame<'_>>, CodecError> {
     let magic_seen = buf.len().min(MAGIC.len());
     if buf[..magic_seen] != MAGIC[..magic_seen] {
         return Err(CodecError::BadMagic {
@@ -131,9 +209,7 @@ pub(crate) fn decode_with_version(
         });
     }
     let flags = u16::from_be_bytes([header[6], header[7]]);
-    if flags != 0 {
-        // Rejected rather than ignored: a future flag would change how the payload is read, and a
-        // version that needs one must bump the protocol version anyway.
+    if flags & !FrameFlags::KNOWN != 0 {
         return Err(CodecError::Malformed(format!(
             "reserved header flags set ({flags:#06x})"
         )));
@@ -146,10 +222,20 @@ pub(crate) fn decode_with_version(
             max: MAX_FRAME_LEN,
         });
     }
-    let frame_len = HEADER_LEN + payload_len as usize;
-    let Some(payload) = buf.get(HEADER_LEN..frame_len) else {
+    let len = HEADER_LEN + payload_len as usize;
+    let Some(payload) = buf.get(HEADER_LEN..len) else {
         return Ok(None);
     };
+    Ok(Some(RawFrame {
+        header,
+        flags: FrameFlags(flags),
+        payload,
+        len,
+    }))
+}
+
+/// A payload as a message that passed [`Message::validate`], its free text escaped.
+pub(crate) fn parse_message(payload: &[u8]) -> Result<Message, CodecError> {
     let mut msg = parse_payload(payload).map_err(|e| {
         CodecError::Malformed(format!(
             "invalid payload: {}",
@@ -158,7 +244,7 @@ pub(crate) fn decode_with_version(
     })?;
     msg.validate().map_err(CodecError::Malformed)?;
     msg.escape_free_text();
-    Ok(Some((msg, frame_len)))
+    Ok(msg)
 }
 
 /// The payload as a message in its documented form: one JSON object and nothing after it.
@@ -195,7 +281,7 @@ pub(crate) mod tests {
             },
             Message::Challenge {
                 server_nonce: [1; 32],
-                server_proof: [0xfe; 32],
+                server_proofs: vec![[0xfe; 32], [0xef; 32]],
             },
             Message::Authenticate {
                 client_proof: [0x5a; 32],
@@ -357,22 +443,22 @@ pub(crate) mod tests {
 
     #[test]
     fn version_mismatch_names_both_versions() {
-        let bytes = encode_with_version(&Message::Close, 2).unwrap();
+        let bytes = encode_with_version(&Message::Close, 3).unwrap();
         let err = decode(&bytes).unwrap_err();
-        assert_eq!(err, CodecError::UnsupportedVersion { ours: 1, theirs: 2 });
+        assert_eq!(err, CodecError::UnsupportedVersion { ours: 2, theirs: 3 });
         assert!(err
             .to_string()
-            .contains("peer speaks control protocol v2, we speak v1"));
+            .contains("peer speaks control protocol v3, we speak v2"));
         // Detected from the header alone, without waiting for the payload.
         assert!(matches!(
             decode(&bytes[..HEADER_LEN]),
             Err(CodecError::UnsupportedVersion { .. })
         ));
-        // And the other way round: a v2 peer reading our frame.
+        // And the other way round: a v1 build (before frames were protected) reading ours.
         let ours = encode(&Message::Close).unwrap();
-        let err = decode_with_version(&ours, 2).unwrap_err().to_string();
+        let err = decode_with_version(&ours, 1).unwrap_err().to_string();
         assert!(
-            err.contains("peer speaks control protocol v1, we speak v2"),
+            err.contains("peer speaks control protocol v2, we speak v1"),
             "{err}"
         );
     }
@@ -413,9 +499,14 @@ pub(crate) mod tests {
 
     #[test]
     fn reserved_flags_are_rejected() {
-        let mut bytes = encode(&Message::Close).unwrap();
-        bytes[7] = 1;
-        assert!(matches!(decode(&bytes), Err(CodecError::Malformed(_))));
+        for flags in [2u16, 0x8000, 0x0103] {
+            let mut bytes = encode(&Message::Close).unwrap();
+            bytes[6..8].copy_from_slice(&flags.to_be_bytes());
+            assert!(
+                matches!(decode(&bytes), Err(CodecError::Malformed(m)) if m.contains("reserved")),
+                "{flags:#x}"
+            );
+        }
     }
 
     #[test]

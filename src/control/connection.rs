@@ -1,4 +1,6 @@
-//! Control messages over TCP: a framed connection with deadlines, and the authentication handshake.
+//! Control messages over TCP: a framed connection with deadlines, and the authentication handshake,
+//! after which the connection seals every frame it sends and opens every frame it reads with the
+//! keys the handshake agreed on (`seal`; not with `auth: none`).
 //!
 //! Every read and write has a deadline, because a peer that stops talking (crashed, partitioned,
 //! or malicious and slow) must cost a probe slot its timeout, never a stuck task. The handshakes take
@@ -23,6 +25,7 @@ use tokio::time::{timeout_at, Instant};
 use super::auth::{self, AuthMode};
 use super::codec::{self, CodecError};
 use super::message::Message;
+use super::seal::{FrameKeys, Role, SealError};
 use crate::reason::ErrorReason;
 
 /// Bytes read from the socket per `read` call. Frames are small; this bounds the buffer at
@@ -54,6 +57,10 @@ pub enum ControlError {
     /// The peer sent bytes that are not a valid frame/message, or speaks another version.
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// A frame after the handshake failed authentication, or was not protected: changed,
+    /// replayed, reordered, dropped or injected on the way (or a bug). The connection is closed.
+    #[error(transparent)]
+    Integrity(SealError),
     /// The peer sent a valid message that makes no sense at this point of the protocol.
     #[error("unexpected control message {got:?}, expected {expected}")]
     Unexpected {
@@ -81,7 +88,9 @@ impl ControlError {
     /// The `reason` label this failure is counted under.
     ///
     /// Losing an established connection (EOF, reset) counts as `connect`: from the prober's point
-    /// of view the peer became unreachable, which is what that label means. A peer's `Error` keeps
+    /// of view the peer became unreachable, which is what that label means. A frame that fails
+    /// authentication after the handshake counts as `auth`, like a failed handshake: in both the
+    /// peer (or whoever wrote the bytes) could not prove the key. A peer's `Error` keeps
     /// the peer's reason (an auth refusal is `auth` on both ends), except `connect`, which a peer
     /// cannot meaningfully report about us and becomes `peer_error`.
     pub fn reason(&self) -> ErrorReason {
@@ -93,7 +102,9 @@ impl ControlError {
             ControlError::Codec(_) | ControlError::Unexpected { .. } | ControlError::Broken => {
                 ErrorReason::Protocol
             }
-            ControlError::Auth(_) | ControlError::Random(_) => ErrorReason::Auth,
+            ControlError::Auth(_) | ControlError::Random(_) | ControlError::Integrity(_) => {
+                ErrorReason::Auth
+            }
             ControlError::Peer { reason, .. } => match reason {
                 ErrorReason::Connect => ErrorReason::PeerError,
                 other => *other,
@@ -116,11 +127,23 @@ impl ControlError {
     }
 }
 
+impl From<SealError> for ControlError {
+    fn from(e: SealError) -> Self {
+        match e {
+            SealError::Codec(e) => ControlError::Codec(e),
+            other => ControlError::Integrity(other),
+        }
+    }
+}
+
 /// A framed, deadline-bound control connection.
 #[derive(Debug)]
 pub struct Connection {
     stream: TcpStream,
     peer: Option<SocketAddr>,
+    /// This connection's frame keys, from the end of the handshake on (`None` before it, and for
+    /// good with `auth: none`): every frame sent is sealed, every frame received must open.
+    keys: Option<FrameKeys>,
     /// Received bytes not yet decoded; never more than `MAX_FRAME_LEN + READ_CHUNK`.
     buf: Vec<u8>,
     /// The incoming stream is out of sync (framing error, EOF, read error): no more receiving,
@@ -197,6 +220,7 @@ impl Connection {
         Ok(Connection {
             stream,
             peer,
+            keys: None,
             buf: Vec::new(),
             rx_broken: false,
             tx_broken: false,
@@ -206,6 +230,27 @@ impl Connection {
     /// The remote address, if the OS still knows it (for logs).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
+    }
+
+    /// Whether frames are protected (from the end of a handshake with a pre-shared key on).
+    pub fn is_protected(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// The frame `msg` becomes: sealed once the handshake agreed on keys, clear before.
+    fn frame(&mut self, msg: &Message) -> Result<Vec<u8>, ControlError> {
+        match &mut self.keys {
+            Some(keys) => Ok(keys.sealer.seal(msg)?),
+            None => Ok(codec::encode(msg)?),
+        }
+    }
+
+    /// The next message in the receive buffer, opened with the frame keys once there are some.
+    fn decode_buffered(&mut self) -> Result<Option<(Message, usize)>, ControlError> {
+        match &mut self.keys {
+            Some(keys) => Ok(keys.opener.open(&self.buf)?),
+            None => Ok(codec::decode(&self.buf)?),
+        }
     }
 
     /// Send one message, giving up after `deadline`.
@@ -270,7 +315,7 @@ impl Connection {
             return Err(ControlError::Broken);
         }
         // Encoding errors are ours (e.g. an oversize message): the stream is still in sync.
-        let frame = codec::encode(msg)?;
+        let frame = self.frame(msg)?;
         match timeout_at(until, self.stream.write_all(&frame)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
@@ -300,7 +345,7 @@ impl Connection {
         }
         let mut chunk = [0u8; READ_CHUNK];
         loop {
-            match codec::decode(&self.buf) {
+            match self.decode_buffered() {
                 Ok(Some((msg, used))) => {
                     self.buf.drain(..used);
                     return Ok(msg);
@@ -309,7 +354,7 @@ impl Connection {
                 Err(e) => {
                     self.rx_broken = true;
                     self.buf = Vec::new();
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
             // `read` is cancel-safe: on timeout no bytes are lost, and what was buffered stays for
@@ -344,10 +389,12 @@ fn io_error(e: io::Error) -> ControlError {
 }
 
 /// The prober's side of the handshake: prove the key, check the server's proof, all within
-/// `deadline`. On success the connection is authenticated both ways and session messages may flow.
+/// `deadline`. On success the connection is authenticated both ways, its frames are protected
+/// from here on (unless `auth: none`), and session messages may flow.
 ///
-/// If the server's proof does not verify, the server is told (`Error{auth}`) and the result is
-/// [`ControlError::Auth`]; nothing about local QPs has been sent at that point.
+/// If none of the server's proofs verifies, the server is told (`Error{auth}`) and the result is
+/// [`ControlError::Auth`]; nothing about local QPs has been sent at that point. The server's
+/// `AuthOk` is the first protected frame: it confirms that both ends derived the same keys.
 pub async fn client_handshake(
     conn: &mut Connection,
     node_name: &str,
@@ -362,24 +409,26 @@ pub async fn client_handshake(
     };
     conn.send_before(&hello, until, deadline).await?;
 
-    let (server_nonce, server_proof) = match conn.recv_before(until, deadline).await? {
+    let (server_nonce, server_proofs) = match conn.recv_before(until, deadline).await? {
         Message::Challenge {
             server_nonce,
-            server_proof,
-        } => (server_nonce, server_proof),
+            server_proofs,
+        } => (server_nonce, server_proofs),
         other => return Err(ControlError::unexpected("challenge", other)),
     };
-    if !auth::verify_server_proof(auth, &client_nonce, &server_nonce, &server_proof) {
+    let Some(key) = auth::verify_server_proofs(auth, &client_nonce, &server_nonce, &server_proofs)
+    else {
         conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
             .await;
         return Err(ControlError::Auth(
             "the responder's proof did not verify (different pre-shared key, or auth: none on one side only)",
         ));
-    }
+    };
 
-    let client_proof = auth::client_proof(auth, &server_nonce, &client_nonce);
+    let client_proof = key.client_proof(&server_nonce, &client_nonce);
     conn.send_before(&Message::Authenticate { client_proof }, until, deadline)
         .await?;
+    conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Prober);
     match conn.recv_before(until, deadline).await? {
         Message::AuthOk => Ok(()),
         other => Err(ControlError::unexpected("auth_ok", other)),
@@ -392,6 +441,7 @@ pub async fn client_handshake(
 /// Failures are reported to the peer before returning: a wrong proof as `Error{auth}` (with no
 /// detail, so the message is no oracle), a version mismatch as `Error{protocol}` naming both
 /// versions (framed in our version, so an older or newer peer can still tell what happened).
+/// On success every later frame is protected (unless `auth: none`), starting with `AuthOk`.
 pub async fn server_handshake(
     conn: &mut Connection,
     auth: &AuthMode,
@@ -417,10 +467,9 @@ pub async fn server_handshake(
     };
 
     let server_nonce = auth::new_nonce().map_err(ControlError::Random)?;
-    let server_proof = auth::server_proof(auth, &client_nonce, &server_nonce);
     let challenge = Message::Challenge {
         server_nonce,
-        server_proof,
+        server_proofs: auth::server_proofs(auth, &client_nonce, &server_nonce),
     };
     conn.send_before(&challenge, until, deadline).await?;
 
@@ -428,13 +477,15 @@ pub async fn server_handshake(
         Message::Authenticate { client_proof } => client_proof,
         other => return Err(ControlError::unexpected("authenticate", other)),
     };
-    if !auth::verify_client_proof(auth, &server_nonce, &client_nonce, &client_proof) {
+    let Some(key) = auth::verify_client_proof(auth, &server_nonce, &client_nonce, &client_proof)
+    else {
         conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
             .await;
         return Err(ControlError::Auth(
             "the prober's proof did not verify (different pre-shared key, or auth: none on one side only)",
         ));
-    }
+    };
+    conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Responder);
     conn.send_before(&Message::AuthOk, until, deadline).await?;
     Ok(node)
 }
@@ -444,12 +495,13 @@ mod tests {
     use super::*;
     use crate::control::auth::Psk;
     use crate::control::codec::{decode, encode_with_version, PROTOCOL_VERSION};
+    use crate::control::seal::SealError;
     use tokio::net::TcpListener;
 
     const DEADLINE: Duration = Duration::from_secs(5);
 
     fn psk(key: &str) -> AuthMode {
-        AuthMode::Psk(Psk::from_bytes(key.as_bytes()).unwrap())
+        AuthMode::psk(Psk::from_bytes(key.as_bytes()).unwrap())
     }
 
     async fn listener() -> (TcpListener, String) {
@@ -682,20 +734,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn other_protocol_version_gets_a_clear_error_on_both_sides() {
+    async fn an_old_prober_gets_a_clear_error_on_both_sides() {
         let (l, addr) = listener().await;
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &AuthMode::None, DEADLINE).await
+            server_handshake(&mut conn, &psk("a shared key of enough length"), DEADLINE).await
         });
-        // Act as a future v2 prober: raw stream, hand-made v2 frame.
+        // Act as a v1 prober (frames in clear after the handshake): raw stream, v1 frame.
         let mut raw = TcpStream::connect(&addr).await.unwrap();
         let hello = Message::Hello {
-            node: "new-node".into(),
+            node: "old-node".into(),
             client_nonce: [1; 32],
         };
-        raw.write_all(&encode_with_version(&hello, 2).unwrap())
+        raw.write_all(&encode_with_version(&hello, 1).unwrap())
             .await
             .unwrap();
         let mut reply = Vec::new();
@@ -706,48 +758,371 @@ mod tests {
         assert!(
             server
                 .to_string()
-                .contains("peer speaks control protocol v2, we speak v1"),
+                .contains("peer speaks control protocol v1, we speak v2: upgrade the older side"),
             "{server}"
         );
-        // The server's answer is a v1 frame that says the same; a v2 decoder would in turn
-        // report "peer speaks control protocol v1, we speak v2" (see the codec tests).
-        let (msg, _) = decode(&reply).unwrap().unwrap();
-        match msg {
+        // The answer is a clear frame of our version that says the same; the v1 build's decoder
+        // in turn reports both versions from its header.
+        assert_eq!(reply[4..6], PROTOCOL_VERSION.to_be_bytes());
+        match decode(&reply).unwrap().unwrap().0 {
             Message::Error { reason, message } => {
                 assert_eq!(reason, ErrorReason::Protocol);
-                assert!(message.contains("peer speaks control protocol v2, we speak v1"));
+                assert!(message.contains("peer speaks control protocol v1, we speak v2"));
             }
             other => panic!("expected an error, got {other:?}"),
         }
-        assert_eq!(reply[4..6], PROTOCOL_VERSION.to_be_bytes());
+        let old_view = codec::decode_with_version(&reply, 1).unwrap_err();
+        assert!(old_view
+            .to_string()
+            .contains("peer speaks control protocol v2, we speak v1"));
     }
 
     #[tokio::test]
-    async fn client_reports_a_newer_server_clearly() {
-        // The server is a newer (v2) build and answers in its own version.
-        let (l, addr) = listener().await;
-        let server = tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await.unwrap();
-            let challenge = Message::Challenge {
-                server_nonce: [0; 32],
-                server_proof: [0; 32],
-            };
-            s.write_all(&encode_with_version(&challenge, 2).unwrap())
-                .await
-                .unwrap();
-            s
-        });
-        let mut conn = connect(&addr, DEADLINE).await.unwrap();
-        let err = client_handshake(&mut conn, "node-a", &AuthMode::None, DEADLINE)
+    async fn client_reports_an_older_or_newer_server_clearly() {
+        for theirs in [1u16, 3] {
+            // The server answers in its own version: a v1 responder sends Error{protocol} in a
+            // v1 frame when it reads our v2 hello; a v3 one whatever v3 sends.
+            let (l, addr) = listener().await;
+            let server = tokio::spawn(async move {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await.unwrap();
+                let answer = Message::Error {
+                    reason: ErrorReason::Protocol,
+                    message: format!("peer speaks control protocol v2, we speak v{theirs}"),
+                };
+                s.write_all(&encode_with_version(&answer, theirs).unwrap())
+                    .await
+                    .unwrap();
+                s
+            });
+            let mut conn = connect(&addr, DEADLINE).await.unwrap();
+            let err = client_handshake(
+                &mut conn,
+                "node-a",
+                &psk("a shared key of enough length"),
+                DEADLINE,
+            )
             .await
             .unwrap_err();
-        assert_eq!(err.reason(), ErrorReason::Protocol);
-        assert!(err
-            .to_string()
-            .contains("peer speaks control protocol v2, we speak v1"));
-        drop(server.await.unwrap());
+            assert_eq!(err.reason(), ErrorReason::Protocol);
+            let expected = format!("peer speaks control protocol v{theirs}, we speak v2");
+            assert!(err.to_string().contains(&expected), "{err}");
+            drop(server.await.unwrap());
+        }
+    }
+
+    /// What a man in the middle does to each frame the prober sends: given the frame's index
+    /// (0 `hello`, 1 `authenticate`, then the protected frames) and the frames seen so far,
+    /// the bytes to pass on in its place (none to drop it).
+    type Meddle = Box<dyn FnMut(usize, &[Vec<u8>]) -> Vec<u8> + Send>;
+
+    /// A TCP relay on loopback between a prober and `server`: the responder's bytes pass as they
+    /// are, the prober's frames through `meddle`. Returns the relay's address.
+    async fn relay(server: String, mut meddle: Meddle) -> String {
+        let (l, addr) = listener().await;
+        tokio::spawn(async move {
+            let (client, _) = l.accept().await.unwrap();
+            let upstream = TcpStream::connect(&server).await.unwrap();
+            let (mut client_rx, mut client_tx) = client.into_split();
+            let (mut up_rx, mut up_tx) = upstream.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut up_rx, &mut client_tx).await;
+            });
+            let mut pending = Vec::new();
+            let mut frames: Vec<Vec<u8>> = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                // Whole frames by their header's length, whatever is inside.
+                while pending.len() >= codec::HEADER_LEN {
+                    let len = u32::from_be_bytes(pending[8..12].try_into().unwrap()) as usize;
+                    if pending.len() < codec::HEADER_LEN + len {
+                        break;
+                    }
+                    let frame: Vec<u8> = pending.drain(..codec::HEADER_LEN + len).collect();
+                    frames.push(frame);
+                    let out = meddle(frames.len() - 1, &frames);
+                    if up_tx.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+                match client_rx.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        addr
+    }
+
+    const KEY: &str = "a shared key of enough length";
+
+    /// A responder that authenticates one prober and then reads messages until an error, which
+    /// it returns with the messages it read before.
+    async fn reading_responder() -> (
+        String,
+        tokio::task::JoinHandle<(Vec<Message>, ControlError)>,
+    ) {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            server_handshake(&mut conn, &psk(KEY), DEADLINE)
+                .await
+                .unwrap();
+            assert!(conn.is_protected());
+            let mut read = Vec::new();
+            loop {
+                match conn.recv(DEADLINE).await {
+                    Ok(msg) => read.push(msg),
+                    Err(e) => {
+                        conn.send_error_best_effort(e.reason(), &e.to_string())
+                            .await;
+                        return (read, e);
+                    }
+                }
+            }
+        });
+        (addr, server)
+    }
+
+    fn burst_start(burst_id: u64) -> Message {
+        Message::BurstStart {
+            burst_id,
+            seed: 2,
+            deadline_ms: None,
+        }
+    }
+
+    /// Runs a prober through `meddle` against [`reading_responder`]: it authenticates, then sends
+    /// `burst_start` 1, 2 and 3 and closes. Returns what the responder read before its error,
+    /// and the error.
+    async fn meddled_session(meddle: Meddle) -> (Vec<Message>, ControlError) {
+        let (server_addr, server) = reading_responder().await;
+        let addr = relay(server_addr, meddle).await;
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        client_handshake(&mut conn, "node-a", &psk(KEY), DEADLINE)
+            .await
+            .unwrap();
+        for id in 1..=3 {
+            conn.send(&burst_start(id), DEADLINE).await.unwrap();
+        }
+        let _ = conn.shutdown(DEADLINE).await;
+        tokio::time::timeout(DEADLINE, server)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    fn assert_forged(err: &ControlError, frame: u64) {
+        assert!(
+            matches!(err, ControlError::Integrity(SealError::Forged { frame: f }) if *f == frame),
+            "{err:?}"
+        );
+        assert_eq!(err.reason(), ErrorReason::Auth);
+        assert!(err.to_string().contains("failed authentication"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_untouched_session_reads_every_frame() {
+        let (read, err) = meddled_session(Box::new(|i, frames| frames[i].clone())).await;
+        assert_eq!(read, vec![burst_start(1), burst_start(2), burst_start(3)]);
+        assert!(matches!(err, ControlError::Closed), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_changed_byte_closes_the_connection() {
+        for at in [0, 11, 12, 20, usize::MAX] {
+            let (read, err) = meddled_session(Box::new(move |i, frames| {
+                let mut frame = frames[i].clone();
+                if i == 3 {
+                    // Flags, length, ciphertext, tag; the header's length stays in range.
+                    let at = at.min(frame.len() - 1).max(7);
+                    frame[at] ^= if at == 11 { 0x01 } else { 0x80 };
+                }
+                frame
+            }))
+            .await;
+            assert_eq!(read, vec![burst_start(1)], "byte {at}");
+            match at {
+                // The flags: a reserved bit is a framing error before any key is used.
+                0 => assert_eq!(err.reason(), ErrorReason::Protocol, "{err}"),
+                // A length one byte off: the tag is read from the wrong place.
+                11 => assert!(
+                    matches!(err, ControlError::Integrity(_) | ControlError::Closed),
+                    "{err:?}"
+                ),
+                _ => assert_forged(&err, 1),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replayed_frame_closes_the_connection() {
+        let (read, err) = meddled_session(Box::new(|i, frames| {
+            // The prober's third protected frame is swapped for a copy of its first.
+            frames[if i == 4 { 2 } else { i }].clone()
+        }))
+        .await;
+        assert_eq!(read, vec![burst_start(1), burst_start(2)]);
+        assert_forged(&err, 2);
+    }
+
+    #[tokio::test]
+    async fn reordered_frames_close_the_connection() {
+        let (read, err) = meddled_session(Box::new(|i, frames| match i {
+            // Hold the first protected frame back and send it after the second.
+            2 => Vec::new(),
+            3 => [frames[3].clone(), frames[2].clone()].concat(),
+            _ => frames[i].clone(),
+        }))
+        .await;
+        assert_eq!(read, vec![]);
+        assert_forged(&err, 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_frame_closes_the_connection() {
+        let (read, err) = meddled_session(Box::new(|i, frames| {
+            if i == 3 {
+                Vec::new()
+            } else {
+                frames[i].clone()
+            }
+        }))
+        .await;
+        assert_eq!(read, vec![burst_start(1)]);
+        assert_forged(&err, 1);
+    }
+
+    #[tokio::test]
+    async fn a_truncated_frame_closes_the_connection() {
+        // Cut short with its length rewritten to match: the tag no longer verifies.
+        let (read, err) = meddled_session(Box::new(|i, frames| {
+            let mut frame = frames[i].clone();
+            if i == 2 {
+                frame.truncate(frame.len() - 5);
+                let len = (frame.len() - codec::HEADER_LEN) as u32;
+                frame[8..12].copy_from_slice(&len.to_be_bytes());
+            }
+            frame
+        }))
+        .await;
+        assert_eq!(read, vec![]);
+        assert_forged(&err, 0);
+        // Cut short and the connection closed: the frame never counts.
+        let (read, err) = meddled_session(Box::new(|i, frames| match i {
+            0 | 1 => frames[i].clone(),
+            2 => frames[2][..frames[2].len() - 5].to_vec(),
+            _ => Vec::new(),
+        }))
+        .await;
+        assert_eq!(read, vec![]);
+        assert!(matches!(err, ControlError::Closed), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn an_injected_clear_frame_closes_the_connection() {
+        let (read, err) = meddled_session(Box::new(|i, frames| {
+            if i == 3 {
+                codec::encode(&Message::Close).unwrap()
+            } else {
+                frames[i].clone()
+            }
+        }))
+        .await;
+        assert_eq!(read, vec![burst_start(1)]);
+        assert!(
+            matches!(err, ControlError::Integrity(SealError::Clear { frame: 1 })),
+            "{err:?}"
+        );
+        assert_eq!(err.reason(), ErrorReason::Auth);
+    }
+
+    #[tokio::test]
+    async fn nothing_after_the_handshake_is_readable_on_the_wire() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = std::sync::Arc::clone(&seen);
+        let (read, _) = meddled_session(Box::new(move |i, frames| {
+            record.lock().unwrap().extend_from_slice(&frames[i]);
+            frames[i].clone()
+        }))
+        .await;
+        assert_eq!(read.len(), 3);
+        let wire = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        assert!(
+            wire.contains("\"type\":\"hello\""),
+            "the handshake is clear"
+        );
+        assert!(!wire.contains("burst_start"), "{wire}");
+        assert!(!wire.contains("seed"), "{wire}");
+    }
+
+    #[tokio::test]
+    async fn the_responder_says_why_and_the_prober_reads_it() {
+        // The responder answers a forged frame with a protected Error{auth}: its own sealer is
+        // still in step, so the prober learns why the connection ends.
+        let (server_addr, server) = reading_responder().await;
+        let addr = relay(
+            server_addr,
+            Box::new(|i, frames| {
+                let mut frame = frames[i].clone();
+                if i == 2 {
+                    let last = frame.len() - 1;
+                    frame[last] ^= 1;
+                }
+                frame
+            }),
+        )
+        .await;
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        client_handshake(&mut conn, "node-a", &psk(KEY), DEADLINE)
+            .await
+            .unwrap();
+        let err = conn.request(&burst_start(1), DEADLINE).await.unwrap_err();
+        assert_eq!(err.reason(), ErrorReason::Auth, "{err}");
+        assert!(err.to_string().contains("failed authentication"), "{err}");
+        let (_, server_err) = server.await.unwrap();
+        assert_forged(&server_err, 0);
+    }
+
+    #[tokio::test]
+    async fn auth_none_leaves_frames_clear_and_psk_protects_them() {
+        let (client, server) = handshake(AuthMode::None, AuthMode::None).await;
+        assert!(!client.unwrap().is_protected());
+        assert!(!server.unwrap().0.is_protected());
+        let (client, server) = handshake(psk(KEY), psk(KEY)).await;
+        assert!(client.unwrap().is_protected());
+        assert!(server.unwrap().0.is_protected());
+    }
+
+    #[tokio::test]
+    async fn a_prober_with_either_key_of_a_rollover_is_served() {
+        use crate::control::auth::Keys;
+        let key = |k: &str| Psk::from_bytes(k.as_bytes()).unwrap();
+        let (old, new, other) = (
+            "the old key, long enough",
+            "the new key, long enough",
+            "neither key, long enough",
+        );
+        let both = || AuthMode::Psk(Keys::new(key(new), Some(key(old))));
+        for (prober, ok) in [
+            (psk(old), true),
+            (psk(new), true),
+            (both(), true),
+            (psk(other), false),
+        ] {
+            let (client, server) = handshake(prober, both()).await;
+            if ok {
+                let mut client = client.unwrap();
+                let (mut server, _) = server.unwrap();
+                client.send(&burst_start(9), DEADLINE).await.unwrap();
+                assert_eq!(server.recv(DEADLINE).await.unwrap(), burst_start(9));
+            } else {
+                assert_eq!(client.unwrap_err().reason(), ErrorReason::Auth);
+                assert_eq!(server.unwrap_err().reason(), ErrorReason::Auth);
+            }
+        }
     }
 
     #[tokio::test]

@@ -1,14 +1,18 @@
-//! The committed seed corpus of the cargo-fuzz targets, and its replay as plain unit tests.
+//! The committed seed corpus of the control cargo-fuzz targets, and its replay as plain unit
+//! tests.
 //!
 //! Random bytes almost never get a consistent length header past the framing checks, so without
 //! seeds a fuzzer spends its time on the first 12 bytes and never reaches the message checks.
-//! `fuzz/seeds/control_decode/` holds one valid frame per sample message of the codec tests;
-//! [`seed_corpus_is_current`] fails when it no longer matches what `encode` produces, and
-//! [`write_seed_corpus`] (ignored, run on demand) rewrites it.
+//! `fuzz/seeds/control_decode/` holds one valid frame per sample message of the codec tests,
+//! `fuzz/seeds/control_sealed/` the same messages sealed under the fuzz target's key and as the
+//! JSON a key holder would seal; [`seed_corpus_is_current`] fails when they no longer match what
+//! `encode` and `seal` produce, and [`write_seed_corpus`] (ignored, run on demand) rewrites them.
 //!
-//! The replay decodes every file under `fuzz/seeds/*/` and, where a local fuzz run left one,
-//! `fuzz/corpus/*/`, with the same checks as the property tests, so an input that once crashed
-//! the decoder and was kept as a seed is rerun by every `cargo test`, with no nightly toolchain.
+//! The replay runs every file under `fuzz/seeds/control_*/` and, where a local fuzz run left
+//! one, `fuzz/corpus/control_*/`, through its target's checks (`control_sealed`'s for that
+//! target, the decoder's for the others), so an input that once crashed a target and was kept as
+//! a seed is rerun by every `cargo test`, with no nightly toolchain. The config parser's target
+//! has its own replay (`src/config/fuzz_corpus.rs`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -17,6 +21,7 @@ use std::path::{Path, PathBuf};
 use super::codec::tests::{all_messages, check_decode_properties};
 use super::codec::{decode, encode};
 use super::message::{BurstOutcome, BurstResult, Message};
+use super::seal::tests::{check_sealed_properties, sealed_seeds};
 use crate::reason::ErrorReason;
 
 const SEEDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds");
@@ -81,62 +86,80 @@ fn target_dirs(dir: &str) -> Vec<PathBuf> {
     dirs
 }
 
+/// Every committed seed directory of the control targets and what it must hold.
+fn expected_seeds() -> Vec<(&'static str, BTreeMap<String, Vec<u8>>)> {
+    vec![
+        ("control_decode", control_decode_seeds()),
+        ("control_sealed", sealed_seeds().into_iter().collect()),
+    ]
+}
+
 #[test]
 fn seed_corpus_is_current() {
-    let dir = Path::new(SEEDS).join("control_decode");
-    let expected = control_decode_seeds();
-    let found: BTreeMap<String, Vec<u8>> = files_in(&dir)
-        .into_iter()
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, fs::read(&p).unwrap())
-        })
-        .collect();
-    assert!(
-        found == expected,
-        "{} is out of date (files {:?}, expected {:?}); rewrite it with \
-         `cargo test --lib write_seed_corpus -- --ignored`",
-        dir.display(),
-        found.keys().collect::<Vec<_>>(),
-        expected.keys().collect::<Vec<_>>()
-    );
-    for (name, frame) in &expected {
+    for (target, expected) in expected_seeds() {
+        let dir = Path::new(SEEDS).join(target);
+        let found: BTreeMap<String, Vec<u8>> = files_in(&dir)
+            .into_iter()
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, fs::read(&p).unwrap())
+            })
+            .collect();
+        assert!(
+            found == expected,
+            "{} is out of date (files {:?}, expected {:?}); rewrite it with \
+             `cargo test --lib write_seed_corpus -- --ignored`",
+            dir.display(),
+            found.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>()
+        );
+    }
+    for (name, frame) in &control_decode_seeds() {
         let (_, used) = decode(frame).unwrap().expect("a whole frame");
         assert_eq!(used, frame.len(), "{name}");
     }
 }
 
-/// Rewrites the seed corpus from the sample messages; run after adding a message or a field.
+/// Rewrites the seed corpora from the sample messages; run after adding a message or a field.
 #[test]
-#[ignore = "writes fuzz/seeds/control_decode; run on demand"]
+#[ignore = "writes fuzz/seeds/control_*; run on demand"]
 fn write_seed_corpus() {
-    let dir = Path::new(SEEDS).join("control_decode");
-    fs::create_dir_all(&dir).unwrap();
-    for stale in files_in(&dir) {
-        fs::remove_file(stale).unwrap();
-    }
-    for (name, frame) in control_decode_seeds() {
-        fs::write(dir.join(name), frame).unwrap();
+    for (target, seeds) in expected_seeds() {
+        let dir = Path::new(SEEDS).join(target);
+        fs::create_dir_all(&dir).unwrap();
+        for stale in files_in(&dir) {
+            fs::remove_file(stale).unwrap();
+        }
+        for (name, data) in seeds {
+            fs::write(dir.join(name), data).unwrap();
+        }
     }
 }
 
 #[test]
-fn every_corpus_file_decodes_without_panic() {
+fn every_corpus_file_passes_its_targets_checks() {
     let mut replayed = 0;
     for dir in target_dirs(SEEDS).into_iter().chain(target_dirs(CORPUS)) {
+        let target = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let check: fn(&[u8]) = match target.as_str() {
+            "control_sealed" => check_sealed_properties,
+            t if t.starts_with("control_") => check_decode_properties,
+            _ => continue,
+        };
         for file in files_in(&dir) {
             let data = fs::read(&file).unwrap();
-            let outcome = std::panic::catch_unwind(|| check_decode_properties(&data));
+            let outcome = std::panic::catch_unwind(|| check(&data));
             assert!(
                 outcome.is_ok(),
-                "{} fails the decode checks",
+                "{} fails the {target} checks",
                 file.display()
             );
             replayed += 1;
         }
     }
+    let seeds: usize = expected_seeds().iter().map(|(_, s)| s.len()).sum();
     assert!(
-        replayed >= control_decode_seeds().len(),
+        replayed >= seeds,
         "only {replayed} corpus files under {SEEDS}"
     );
 }

@@ -7,7 +7,7 @@
 //! sends, so `codec::decode` and the nested fields' deserializers refuse it. Adding a
 //! message kind is adding a variant; a peer that does not know a kind fails to decode it with a
 //! `Malformed` error (never a panic). Unknown *fields* are ignored on purpose, so a later revision
-//! of protocol v1 can add an optional field (with `#[serde(default)]`) without breaking old peers;
+//! of protocol v2 can add an optional field (with `#[serde(default)]`) without breaking old peers;
 //! anything incompatible must bump [`PROTOCOL_VERSION`](super::codec::PROTOCOL_VERSION).
 //!
 //! Byte arrays (nonces, proofs, GIDs) travel as lowercase hex strings: readable in a packet capture
@@ -60,6 +60,9 @@ pub const MAX_MESSAGE_SIZE: u64 = 1 << 31;
 pub const MAX_NAME_LEN: usize = 255;
 /// Path MTUs that exist in InfiniBand/RoCE (`ibv_mtu`), in bytes.
 pub const VALID_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+/// Most keys a node holds at once: its key and, during a rollover, the previous one
+/// (docs/security.md, "Rotating the key").
+pub const MAX_KEYS: usize = 2;
 /// QPNs and PSNs are 24-bit quantities on the wire of the RDMA transport.
 const MAX_24BIT: u32 = (1 << 24) - 1;
 
@@ -71,7 +74,7 @@ const MAX_24BIT: u32 = (1 << 24) - 1;
 /// Hello ──────────────▶                       (no secrets: node name and a nonce)
 ///       ◀────────────── Challenge            (server nonce + server proof; client verifies)
 /// Authenticate ───────▶                       (client proof; server verifies)
-///       ◀────────────── AuthOk | Error{auth}
+///       ◀────────────── AuthOk | Error{auth}     (AuthOk: the first protected frame)
 /// SessionRequest ─────▶                       (first QP numbers/GIDs: only after AuthOk)
 ///       ◀────────────── SessionAccept | Busy | Error
 /// BurstStart ─────────▶
@@ -97,9 +100,11 @@ pub enum Message {
     Challenge {
         #[serde(with = "hex_array")]
         server_nonce: Nonce,
-        /// `HMAC-SHA256(psk, "rdma-probe server" || client_nonce || server_nonce)`.
-        #[serde(with = "hex_array")]
-        server_proof: Proof,
+        /// `HMAC-SHA256(psk, "rdma-probe server" || client_nonce || server_nonce)`, one per key the
+        /// server holds (1..=[`MAX_KEYS`]: two during a key rollover), so a client holding either
+        /// key can check the server before the server knows which key the client has.
+        #[serde(with = "hex_list")]
+        server_proofs: Vec<Proof>,
     },
     /// Client → server: the client's proof of the key.
     Authenticate {
@@ -281,6 +286,14 @@ impl Message {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             Message::Hello { node, .. } => check_name("hello.node", node),
+            Message::Challenge { server_proofs, .. }
+                if server_proofs.is_empty() || server_proofs.len() > MAX_KEYS =>
+            {
+                Err(format!(
+                    "challenge.server_proofs has {} entries, 1..={MAX_KEYS} allowed",
+                    server_proofs.len()
+                ))
+            }
             Message::SessionRequest(r) => r.validate(),
             Message::SessionAccept(a) => a.validate(),
             Message::BurstEnd { posted_per_qp, .. } if posted_per_qp.len() > MAX_QPS as usize => {
@@ -539,6 +552,29 @@ pub(crate) mod object_form {
             option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
             identifier ignored_any
         }
+    }
+}
+
+/// Serde adapter: `Vec<[u8; N]>` as a list of hex strings (each as [`hex_array`] writes it).
+pub(crate) mod hex_list {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(transparent)]
+    struct Item<const N: usize>(#[serde(with = "super::hex_array")] [u8; N]);
+
+    pub fn serialize<S: Serializer, const N: usize>(
+        items: &[[u8; N]],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(items.iter().map(|bytes| Item(*bytes)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+        deserializer: D,
+    ) -> Result<Vec<[u8; N]>, D::Error> {
+        let items = Vec::<Item<N>>::deserialize(deserializer)?;
+        Ok(items.into_iter().map(|Item(bytes)| bytes).collect())
     }
 }
 

@@ -8,14 +8,17 @@
 //!   tested, property-tested, and fuzzed: `control_decode` from raw frames (seeded with
 //!   `fuzz/seeds/control_decode/`) and `control_structured` from messages built field by field,
 //!   both in `fuzz/fuzz_targets/` and run with `scripts/fuzz`.
-//! * [`auth`]: the pre-shared key, nonces and HMAC proofs of the mutual handshake (pure).
+//! * [`auth`]: the pre-shared keys, nonces and HMAC proofs of the mutual handshake (pure).
+//! * [`seal`]: the frames after the handshake, encrypted and authenticated with keys derived
+//!   from it (pure; fuzzed by `control_sealed`).
 //! * [`connection`]: tokio TCP I/O with a deadline on every read and write, and the client/server
 //!   handshakes.
 //!
-//! Security property (docs/architecture.md, "Authentication"): the handshake (`Hello`,
-//! `Challenge`, `Authenticate`, `AuthOk`) carries only a node name, nonces and MACs. QP numbers,
-//! rkeys and addresses travel in `SessionRequest`/`SessionAccept`, which a caller sends only
-//! after [`client_handshake`] / [`server_handshake`] returned `Ok`.
+//! Security property (docs/security.md): the handshake (`Hello`, `Challenge`, `Authenticate`)
+//! carries only a node name, nonces and MACs. QP numbers, rkeys and addresses travel in
+//! `SessionRequest`/`SessionAccept`, which a caller sends only after [`client_handshake`] /
+//! [`server_handshake`] returned `Ok`, and from then on every frame is protected (unless both
+//! ends run with `auth: none`).
 
 pub mod auth;
 pub mod codec;
@@ -23,8 +26,9 @@ pub mod connection;
 #[cfg(test)]
 mod fuzz_corpus;
 pub mod message;
+pub mod seal;
 
-pub use auth::{AuthMode, Psk, PskError};
+pub use auth::{AuthMode, Keys, Psk, PskError};
 pub use codec::{decode, encode, CodecError, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use connection::{client_handshake, connect, server_handshake, Connection, ControlError};
 pub use message::{

@@ -8,8 +8,11 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 
 use super::paths::PathSpec;
-use crate::config::Device;
-use crate::prober::{BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession};
+use crate::config::{Device, PeerMode};
+use crate::perftest::{probe_perftest_on, PerftestOptions};
+use crate::prober::{
+    device_placement, BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession,
+};
 use crate::schedule::PathKey;
 use crate::verbs::Context;
 
@@ -51,14 +54,15 @@ pub struct DeviceWorker {
 impl DeviceWorker {
     /// Opens the device and its port (and checks a configured GID index), and starts its burst
     /// thread.
-    pub fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
+    pub async fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
         let ctx = Context::open(Some(&device.name), device.port)?;
         if let Some(index) = device.gid_index.index() {
             ctx.gid(index)?;
         }
+        let placement = device_placement(&device.name).await;
         Ok(DeviceWorker {
             ctx,
-            burst: BurstWorker::start()?,
+            burst: BurstWorker::start(placement)?,
             sessions: BTreeMap::new(),
         })
     }
@@ -121,6 +125,10 @@ impl DeviceWorker {
     }
 
     async fn probe(&mut self, spec: PathSpec, request: &BurstRequest) -> ProbeOutcome {
+        if spec.mode == PeerMode::Perftest {
+            let (ctx, burst) = (self.ctx.clone(), self.burst.clone());
+            return probe_perftest_peer(ctx, burst, &spec, request).await;
+        }
         let key = spec.key.clone();
         let (_, warm) = self.sessions.entry(key).or_insert_with(|| {
             let warm =
@@ -163,4 +171,19 @@ impl DeviceWorker {
         }
         tracing::debug!(device = self.name(), "device worker stopped");
     }
+}
+
+/// A stock `ib_write_bw` server serves one client and exits: a fresh session per probe, on the
+/// worker's device and burst thread. The server's report is sent in its default unit (MiB/s);
+/// the exporter's figures do not depend on it (docs/perftest.md).
+async fn probe_perftest_peer(
+    ctx: Context,
+    burst: BurstWorker,
+    spec: &PathSpec,
+    request: &BurstRequest,
+) -> ProbeOutcome {
+    let mut settings = spec.settings.clone();
+    settings.length = request.length;
+    settings.rate_limit = request.rate_limit;
+    probe_perftest_on(ctx, &burst, &settings, &PerftestOptions::default()).await
 }

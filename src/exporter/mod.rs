@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, watch as signal};
 use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
 use crate::http::{self, ExporterPages};
+use crate::memlock::{self, Allowance, MemlockError, Need};
 use crate::metrics::Metrics;
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
@@ -54,9 +55,8 @@ const COMMAND_QUEUE: usize = 16;
 /// shutdown before the exporter leaves anyway.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Responder limits of the exporter (the `responder` command's defaults).
-const MAX_SESSIONS: usize = 16;
-const MAX_PINNED_BYTES: u64 = 1 << 30;
+/// Connections authenticating at once (the `responder` command's default); the session and
+/// memory limits are the config's `limits`.
 const MAX_HANDSHAKES: usize = 8;
 /// How long the responder keeps an idle session; the probers close theirs after a burst when
 /// their next probe comes later than this.
@@ -78,6 +78,8 @@ pub enum ExporterError {
     Schedule(String),
     #[error(transparent)]
     Responder(#[from] responder::ResponderError),
+    #[error(transparent)]
+    Memlock(#[from] MemlockError),
 }
 
 /// The two listeners the exporter serves on, bound by the caller (so a port in use is reported
@@ -103,6 +105,7 @@ pub async fn run(
 ) -> Result<(), ExporterError> {
     let auth = config.auth().load().map_err(ExporterError::Psk)?;
     let devices = local_devices(&config)?;
+    check_memlock(&config, &devices, &auth)?;
     let schedule = ScheduleConfig::with_duty_cycle(config.schedule().duty_cycle);
     let scheduler = Scheduler::new(seed_from_name(config.node()), schedule)
         .map_err(|e| ExporterError::Schedule(e.to_string()))?;
@@ -117,11 +120,12 @@ pub async fn run(
     let mut workers = BTreeMap::new();
     let mut worker_tasks = Vec::new();
     for device in &devices {
-        let worker =
-            device::DeviceWorker::open(device).map_err(|error| ExporterError::OpenDevice {
+        let worker = device::DeviceWorker::open(device).await.map_err(|error| {
+            ExporterError::OpenDevice {
                 device: device.name.clone(),
                 error,
-            })?;
+            }
+        })?;
         let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         workers.insert(device.name.clone(), commands);
         worker_tasks.push(tokio::spawn(worker.run(
@@ -221,6 +225,23 @@ pub async fn run(
     }
 }
 
+/// Refuses to start when RLIMIT_MEMLOCK cannot hold what the config's sessions may pin: the
+/// sessions served (within `limits`) and one warm session per path of a selection round (every
+/// round selects as many).
+fn check_memlock(config: &Config, devices: &[Device], auth: &AuthMode) -> Result<(), MemlockError> {
+    let limits = config.limits();
+    let selected = paths::selector(config, devices).select(0);
+    let regions = paths::path_specs(config, devices, auth, limits, &selected)
+        .into_values()
+        .map(|spec| crate::prober::session_region_bytes(&spec.settings));
+    let need = Need::serving(limits.max_sessions, limits.max_pinned_bytes).probing(regions);
+    memlock::check(
+        need,
+        Allowance::current(),
+        "limits.max_pinned, or limits.max_session_memory and the paths' burst sizes",
+    )
+}
+
 /// The configured devices, or every device with an ACTIVE port (its first) that is not
 /// excluded, with automatic GID selection and no rail.
 fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
@@ -265,9 +286,9 @@ fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> Re
             })
             .collect(),
         auth,
-        max_sessions: MAX_SESSIONS,
-        max_pinned_bytes: MAX_PINNED_BYTES,
-        max_session_bytes: crate::prober::DEFAULT_MAX_SESSION_BYTES,
+        max_sessions: config.limits().max_sessions,
+        max_pinned_bytes: config.limits().max_pinned_bytes,
+        max_session_bytes: config.limits().max_session_bytes,
         max_handshakes: MAX_HANDSHAKES,
         idle_timeout: IDLE_TIMEOUT,
         io_timeout: config.defaults().timeout(),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::burst::BurstLength;
-use crate::config::{Config, Device, HostPort, Labels, Peer, ProbeConfig};
+use crate::config::{Config, Device, HostPort, Labels, Limits, Peer, PeerMode, ProbeConfig};
 use crate::control::AuthMode;
 use crate::prober::{BurstRequest, ProbeSettings};
 use crate::schedule::{
@@ -29,6 +29,9 @@ pub struct PathSpec {
     /// Why the path is in this round's selection.
     pub role: Role,
     pub address: HostPort,
+    /// What answers at the address: our responder (warm sessions) or a stock `ib_write_bw`
+    /// server (a fresh session per probe; docs/perftest.md).
+    pub mode: PeerMode,
     pub probe: ProbeConfig,
     pub settings: ProbeSettings,
 }
@@ -45,6 +48,7 @@ impl PathSpec {
     /// and the same probe shape); otherwise a reload closes it and the next burst builds anew.
     pub fn same_session(&self, other: &PathSpec) -> bool {
         self.address == other.address
+            && self.mode == other.mode
             && self.probe == other.probe
             && self.settings.local == other.settings.local
             && self.settings.node_name == other.settings.node_name
@@ -104,11 +108,12 @@ fn own_labels(config: &Config) -> Labels {
 
 /// The specs of the `selected` paths (each local device asks the peer for its device on the
 /// device's rail), keyed for the scheduler. A path whose peer or device is not in the config is
-/// left out.
+/// left out. Their sessions ask for at most `limits.max_session_bytes`.
 pub fn path_specs(
     config: &Config,
     devices: &[Device],
     auth: &AuthMode,
+    limits: &Limits,
     selected: &[Selected],
 ) -> BTreeMap<PathKey, PathSpec> {
     let peers: BTreeMap<&str, &Peer> = config.active_peers().map(|p| (p.name(), p)).collect();
@@ -125,10 +130,12 @@ pub fn path_specs(
                 auth.clone(),
             );
             settings.rail = key.rail;
+            settings.max_session_bytes = limits.max_session_bytes;
             let spec = PathSpec {
                 key: key.clone(),
                 role: s.role,
                 address: peer.address().clone(),
+                mode: peer.mode(),
                 probe: peer.probe().clone(),
                 settings,
             };
@@ -181,7 +188,13 @@ mod tests {
     fn specs(config: &Config) -> BTreeMap<PathKey, PathSpec> {
         let devices = devices(config);
         let selected = selector(config, &devices).select(0);
-        path_specs(config, &devices, &AuthMode::None, &selected)
+        path_specs(
+            config,
+            &devices,
+            &AuthMode::None,
+            config.limits(),
+            &selected,
+        )
     }
 
     const TWO_RAILS: &str = "
@@ -254,6 +267,24 @@ peers:
     }
 
     #[test]
+    fn a_perftest_peer_keeps_its_mode_and_a_mode_change_rebuilds_the_session() {
+        let text = TWO_RAILS.replace(
+            "{name: node2, address: 10.0.0.2:18516}",
+            "{name: node2, address: 10.0.0.2:18516, mode: perftest}",
+        );
+        let before = config(TWO_RAILS);
+        let after = config(&text);
+        let old = specs(&before);
+        let new = specs(&after);
+        let node2 = PathKey::new("mlx5_1", "node2", Some(1));
+        let node3 = PathKey::new("mlx5_1", "node3", Some(1));
+        assert_eq!(new[&node2].mode, PeerMode::Perftest);
+        assert_eq!(new[&node3].mode, PeerMode::Exporter);
+        assert!(!old[&node2].same_session(&new[&node2]));
+        assert!(old[&node3].same_session(&new[&node3]));
+    }
+
+    #[test]
     fn a_session_survives_a_reload_only_when_its_shape_is_unchanged() {
         let before = config(TWO_RAILS);
         let after = config(&TWO_RAILS.replace("rate_limit: 5Gbps", "rate_limit: 4Gbps"));
@@ -287,7 +318,13 @@ peers:
         let selector = selector(&config, &devices);
         assert!(!selector.is_full_mesh());
         let selected = selector.select(7);
-        let specs = path_specs(&config, &devices, &AuthMode::None, &selected);
+        let specs = path_specs(
+            &config,
+            &devices,
+            &AuthMode::None,
+            config.limits(),
+            &selected,
+        );
         assert_eq!(specs.len(), selected.len());
         let same: Vec<&PathSpec> = specs
             .values()

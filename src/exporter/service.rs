@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::device::{DeviceCommand, ProbeFinished};
 use super::paths::{path_specs, selector, PathSpec};
-use crate::config::{Config, Device};
+use crate::config::{Config, Device, Limits};
 use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
@@ -43,6 +43,9 @@ pub struct Service {
     /// The local devices, opened at start; a reload cannot change them.
     devices: Vec<Device>,
     auth: AuthMode,
+    /// The limits the exporter started with (its memory check and responder use them); a reload
+    /// cannot change them.
+    limits: Limits,
     scheduler: Scheduler,
     /// Which paths each round (docs/scale.md, "Selection"), and the sampled paths still waiting
     /// for their probe.
@@ -83,6 +86,7 @@ impl Service {
             config: parts.config.clone(),
             devices: parts.devices,
             auth: parts.auth,
+            limits: *parts.config.limits(),
             scheduler: parts.scheduler,
             selector,
             rotation: Rotation::new(),
@@ -249,7 +253,7 @@ impl Service {
         self.log_transition(&key, &outcome);
         let record = ProbeRecord::from_outcome(&outcome, unix_seconds(at));
         let labels = self.labels(&key);
-        self.emit(ProbeEvent::Completed(labels, record)).await;
+        self.emit(ProbeEvent::completed(labels, record)).await;
         self.emit_schedule(&key.device, now).await;
     }
 
@@ -371,7 +375,13 @@ impl Service {
                     role: Role::Sampled,
                 }),
         );
-        let specs = path_specs(&self.config, &self.devices, &self.auth, &selected);
+        let specs = path_specs(
+            &self.config,
+            &self.devices,
+            &self.auth,
+            &self.limits,
+            &selected,
+        );
         let selected: Vec<_> = selected
             .into_iter()
             .filter(|s| specs.contains_key(&s.key))
@@ -442,6 +452,9 @@ impl Service {
         }
         if old.devices() != new.devices() || old.exclude_devices() != new.exclude_devices() {
             changed.push("devices");
+        }
+        if old.limits() != new.limits() {
+            changed.push("limits");
         }
         if !changed.is_empty() {
             tracing::warn!(

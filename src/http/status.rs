@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::metrics::probe::{PathLabels, PathState, ProbeResult};
+use crate::prober::BurstKind;
 
 /// The page for `paths` as of `now_unix_seconds`.
 pub fn render(paths: &BTreeMap<PathLabels, PathState>, now_unix_seconds: f64) -> String {
@@ -65,6 +66,11 @@ fn row(page: &mut String, state: &PathState, now: f64) {
         Some(ProbeResult::Deferred { reason }) => {
             ("defer", format!("deferred: {}", reason.as_str()), None)
         }
+    };
+    // A capacity burst's target is the link rate, not the pace: say which one the row shows.
+    let result = match state.last.as_ref().map(|r| r.kind) {
+        Some(BurstKind::Capacity) if figures.is_some() => format!("{result} (capacity)"),
+        _ => result,
     };
     let target = state.last.as_ref().and_then(|r| r.target_bytes_per_second);
     let bandwidth = figures.map(|f| f.bandwidth_bytes_per_second);
@@ -146,10 +152,12 @@ mod tests {
             },
             last: Some(ProbeRecord {
                 result,
+                kind: BurstKind::Paced,
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: None,
                 at_unix_seconds: at,
                 counters: Vec::new(),
+                other_traffic: Vec::new(),
             }),
             last_success_unix_seconds: None,
             last_error: Some((ErrorReason::Timeout, "deadline <passed>".into(), at - 600.0)),
@@ -167,6 +175,8 @@ mod tests {
             min_window_bandwidth_bytes_per_second: bandwidth,
             completion_gap_max_seconds: 0.0,
             message_rate_per_second: 1.0,
+            qp_bandwidth_min_bytes_per_second: None,
+            qp_bandwidth_max_bytes_per_second: None,
         }
     }
 
@@ -218,6 +228,26 @@ mod tests {
         assert!(!page.contains("<script>"), "{page}");
         assert!(
             page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn a_capacity_burst_says_so_next_to_its_link_rate_target() {
+        let mut capacity = state(
+            "node-b",
+            ProbeResult::Success {
+                figures: figures(1e9),
+            },
+            1000.0,
+        );
+        if let Some(last) = capacity.last.as_mut() {
+            last.kind = BurstKind::Capacity;
+        }
+        let paths: BTreeMap<_, _> = [(capacity.path.clone(), capacity)].into();
+        let page = render(&paths, 1060.0);
+        assert!(
+            page.contains("<td class=\"ok\">success (capacity)</td>"),
             "{page}"
         );
     }

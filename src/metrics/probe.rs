@@ -24,7 +24,7 @@ use super::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SER
 use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
-use crate::prober::ProbeOutcome;
+use crate::prober::{BurstKind, ProbeOutcome};
 use crate::reason::ErrorReason;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -35,6 +35,16 @@ pub struct PathLabels {
     pub device: String,
     pub peer: String,
     pub peer_device: String,
+}
+
+/// A path and the kind of burst a per-burst gauge describes: paced and capacity bursts keep
+/// their own last figures (docs/metrics.md, "Paced and capacity bursts").
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    kind: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +62,15 @@ struct CounterLabels {
     peer_device: String,
     side: &'static str,
     counter: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrafficLabels {
+    device: String,
+    peer: String,
+    peer_device: String,
+    side: &'static str,
+    direction: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -92,6 +111,9 @@ pub struct BurstFigures {
     pub min_window_bandwidth_bytes_per_second: f64,
     pub completion_gap_max_seconds: f64,
     pub message_rate_per_second: f64,
+    /// Lowest and highest per-QP bandwidth, when the burst used several QPs.
+    pub qp_bandwidth_min_bytes_per_second: Option<f64>,
+    pub qp_bandwidth_max_bytes_per_second: Option<f64>,
 }
 
 /// How a probe of a path ended.
@@ -116,6 +138,8 @@ pub enum ProbeResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeRecord {
     pub result: ProbeResult,
+    /// Paced, or unpaced to measure capacity.
+    pub kind: BurstKind,
     /// What the burst aimed for: the rate limit, or the lower link rate of both ends.
     pub target_bytes_per_second: Option<f64>,
     /// Set when the session was (re)built for this burst: control + QP setup time.
@@ -124,6 +148,34 @@ pub struct ProbeRecord {
     pub at_unix_seconds: f64,
     /// Non-zero increases of allowlisted port counters during the burst, on both ends.
     pub counters: Vec<CounterRecord>,
+    /// What each end's port carried beyond the burst, where its counters tell.
+    pub other_traffic: Vec<OtherTrafficRecord>,
+}
+
+/// Which way bytes went through a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Transmit,
+    Receive,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Transmit => "transmit",
+            Direction::Receive => "receive",
+        }
+    }
+}
+
+/// Bytes one end's port carried in one direction during a burst beyond the burst's own
+/// (docs/metrics.md, "Other traffic").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OtherTrafficRecord {
+    pub side: Side,
+    pub direction: Direction,
+    pub bytes: u64,
 }
 
 /// Which end of a path a port counter was read on.
@@ -176,6 +228,8 @@ impl From<&BurstReport> for BurstFigures {
             min_window_bandwidth_bytes_per_second: r.min_window_bandwidth_bytes_per_second,
             completion_gap_max_seconds: r.completion_gap_max.as_secs_f64(),
             message_rate_per_second: r.message_rate_per_second,
+            qp_bandwidth_min_bytes_per_second: r.per_qp_bandwidth_min_bytes_per_second,
+            qp_bandwidth_max_bytes_per_second: r.per_qp_bandwidth_max_bytes_per_second,
         }
     }
 }
@@ -203,6 +257,7 @@ impl ProbeRecord {
         };
         ProbeRecord {
             result,
+            kind: outcome.kind,
             target_bytes_per_second: outcome.target_bandwidth_bytes_per_second,
             setup_seconds: outcome
                 .new_session
@@ -210,8 +265,33 @@ impl ProbeRecord {
                 .flatten(),
             at_unix_seconds,
             counters: counter_records(outcome),
+            other_traffic: other_traffic_records(outcome),
         }
     }
+}
+
+fn other_traffic_records(outcome: &ProbeOutcome) -> Vec<OtherTrafficRecord> {
+    [
+        (Side::Local, outcome.local_other_traffic),
+        (Side::Remote, outcome.remote_other_traffic),
+    ]
+    .into_iter()
+    .filter_map(|(side, traffic)| Some((side, traffic?)))
+    .flat_map(|(side, t)| {
+        [
+            (Direction::Transmit, t.transmit_bytes),
+            (Direction::Receive, t.receive_bytes),
+        ]
+        .into_iter()
+        .filter_map(move |(direction, bytes)| {
+            Some(OtherTrafficRecord {
+                side,
+                direction,
+                bytes: bytes?,
+            })
+        })
+    })
+    .collect()
 }
 
 fn counter_records(outcome: &ProbeOutcome) -> Vec<CounterRecord> {
@@ -234,8 +314,8 @@ fn counter_records(outcome: &ProbeOutcome) -> Vec<CounterRecord> {
 pub enum ProbeEvent {
     /// A probe of this path starts: its success gauge exists from now on (0 until a success).
     Attempt(PathLabels),
-    /// A probe of this path ended.
-    Completed(PathLabels, ProbeRecord),
+    /// A probe of this path ended (boxed: the record is large next to the other events).
+    Completed(PathLabels, Box<ProbeRecord>),
     /// After a (re)load: only these peers are candidates; every series of a path to any other
     /// peer goes.
     RetainPeers(BTreeSet<String>),
@@ -257,6 +337,13 @@ pub enum ProbeEvent {
     Schedule(DeviceScheduleFigures),
     /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
     Ports(PortReport),
+}
+
+impl ProbeEvent {
+    /// The event of a finished probe.
+    pub fn completed(path: PathLabels, record: ProbeRecord) -> Self {
+        ProbeEvent::Completed(path, Box::new(record))
+    }
 }
 
 /// Label sets of the info metrics: `node` plus this node's static labels, and `peer` plus each
@@ -302,17 +389,20 @@ pub type PathSnapshot = Arc<RwLock<BTreeMap<PathLabels, PathState>>>;
 #[derive(Debug, Clone)]
 pub struct ProbeFamilies {
     success: Family<PathLabels, Gauge>,
-    bandwidth: Family<PathLabels, FloatGauge>,
-    min_window: Family<PathLabels, FloatGauge>,
-    gap_max: Family<PathLabels, FloatGauge>,
-    target: Family<PathLabels, FloatGauge>,
-    message_rate: Family<PathLabels, FloatGauge>,
+    bandwidth: Family<KindLabels, FloatGauge>,
+    min_window: Family<KindLabels, FloatGauge>,
+    gap_max: Family<KindLabels, FloatGauge>,
+    target: Family<KindLabels, FloatGauge>,
+    message_rate: Family<KindLabels, FloatGauge>,
+    qp_min: Family<KindLabels, FloatGauge>,
+    qp_max: Family<KindLabels, FloatGauge>,
     bytes: Family<PathLabels, Counter>,
     messages: Family<PathLabels, Counter>,
     runs: Family<ResultLabels, Counter>,
     errors: Family<ReasonLabels, Counter>,
     deferred: Family<ReasonLabels, Counter>,
     port_counters: Family<CounterLabels, Counter>,
+    other_traffic: Family<TrafficLabels, Counter>,
     setup: Family<PathLabels, FloatGauge>,
     last_success: Family<PathLabels, FloatGauge>,
     burst_duration: Histogram,
@@ -341,12 +431,15 @@ impl ProbeFamilies {
             gap_max: Family::default(),
             target: Family::default(),
             message_rate: Family::default(),
+            qp_min: Family::default(),
+            qp_max: Family::default(),
             bytes: Family::default(),
             messages: Family::default(),
             runs: Family::default(),
             errors: Family::default(),
             deferred: Family::default(),
             port_counters: Family::default(),
+            other_traffic: Family::default(),
             setup: Family::default(),
             last_success: Family::default(),
             // 1 ms .. ~33 s, doubling: bursts are short by design.
@@ -399,6 +492,17 @@ impl ProbeFamilies {
             f.message_rate.clone()
         );
         add!(
+            "qp_bandwidth_min_bytes_per_second",
+            "Lowest per-QP bandwidth of the path's last burst over several QPs (each QP on its \
+             own ECMP path)",
+            f.qp_min.clone()
+        );
+        add!(
+            "qp_bandwidth_max_bytes_per_second",
+            "Highest per-QP bandwidth of the path's last burst over several QPs",
+            f.qp_max.clone()
+        );
+        add!(
             "bytes",
             "Payload bytes completed on this path",
             f.bytes.clone()
@@ -424,6 +528,12 @@ impl ProbeFamilies {
             "Increase of an allowlisted port counter during bursts on this path, by side; \
              port-level: other traffic on the port counts too",
             f.port_counters.clone()
+        );
+        add!(
+            "port_other_traffic_bytes",
+            "Bytes a port carried during bursts on this path beyond the bursts' own, by side and \
+             direction; never negative",
+            f.other_traffic.clone()
         );
         add!(
             "setup_seconds",
@@ -518,37 +628,12 @@ struct SeriesOfPath {
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
     counters: BTreeSet<(&'static str, &'static str)>,
-    /// The last-burst gauges and the byte and message counters exist (a burst moved data).
-    figures: bool,
-    target: bool,
-    setup: bool,
-    last_success: bool,
+    other_traffic: BTreeSet<(Side, Direction)>,
+    kinds: BTreeSet<BurstKind>,
 }
 
-impl SeriesOfPath {
-    /// How many series the path has, split as the series budget counts them.
-    fn count(&self) -> PathSeries {
-        let traffic = self.counters.iter().filter(|(_, c)| is_traffic(c)).count();
-        // `success`; once a burst moved data, the bandwidth, min-window, gap and message-rate
-        // gauges and the byte and message counters (6).
-        let base = 1
-            + 6 * usize::from(self.figures)
-            + usize::from(self.target)
-            + usize::from(self.setup)
-            + usize::from(self.last_success)
-            + self.results.len()
-            + self.errors.len()
-            + self.deferred.len()
-            + self.counters.len()
-            - traffic;
-        PathSeries {
-            base,
-            detail: traffic,
-        }
-    }
-}
-
-/// A port counter of the traffic kinds (bytes, packets): what the series budget sheds first.
+/// A port counter of the traffic kinds (bytes, packets): with the other traffic, what the series
+/// budget sheds first.
 fn is_traffic(label: &str) -> bool {
     use crate::port::CounterKind as K;
     crate::port::by_label(label).is_some_and(|spec| {
@@ -634,7 +719,7 @@ impl ProbeRecorder {
         match event {
             ProbeEvent::Attempt(path) => self.on_attempt(path),
             ProbeEvent::Completed(path, record) => {
-                self.on_completed(path.clone(), record);
+                self.on_completed(path.clone(), *record);
                 self.account(&path, now);
             }
             ProbeEvent::RetainPeers(peers) => {
@@ -737,10 +822,51 @@ impl ProbeRecorder {
         self.shown_peers = wanted.into_iter().cloned().collect();
     }
 
-    /// The series budget's verdict on `path` after a result: make room, shed the traffic
-    /// counters, or keep the path off (docs/metrics.md, "Series budget").
+    /// How many series `path` has, split as the series budget counts them: the detail is its
+    /// port traffic (the bytes and packets counters, and the other traffic).
+    fn count(&self, path: &PathLabels) -> Option<PathSeries> {
+        let series = self.series.get(path)?;
+        let f = &self.families;
+        let present = |yes: bool| usize::from(yes);
+        let mut base = present(f.success.get(path).is_some())
+            + present(f.setup.get(path).is_some())
+            + present(f.last_success.get(path).is_some())
+            + present(f.bytes.get(path).is_some())
+            + present(f.messages.get(path).is_some())
+            + series.results.len()
+            + series.errors.len()
+            + series.deferred.len();
+        for kind in &series.kinds {
+            let labels = kind_labels(path, *kind);
+            base += [
+                &f.bandwidth,
+                &f.min_window,
+                &f.gap_max,
+                &f.target,
+                &f.message_rate,
+                &f.qp_min,
+                &f.qp_max,
+            ]
+            .iter()
+            .filter(|family| family.get(&labels).is_some())
+            .count();
+        }
+        let traffic = series
+            .counters
+            .iter()
+            .filter(|(_, c)| is_traffic(c))
+            .count();
+        base += series.counters.len() - traffic;
+        Some(PathSeries {
+            base,
+            detail: traffic + series.other_traffic.len(),
+        })
+    }
+
+    /// The series budget's verdict on `path` after a result: make room, shed the port traffic,
+    /// or keep the path off (docs/metrics.md, "Series budget").
     fn account(&mut self, path: &PathLabels, now: Duration) {
-        let Some(series) = self.series.get(path).map(SeriesOfPath::count) else {
+        let Some(series) = self.count(path) else {
             return;
         };
         let preferred = self
@@ -815,6 +941,10 @@ impl ProbeRecorder {
                     true
                 }
             });
+            for (side, direction) in std::mem::take(&mut series.other_traffic) {
+                f.other_traffic
+                    .remove(&traffic_labels(path, side, direction));
+            }
         }
         f.traffic_shed.set(1);
     }
@@ -859,7 +989,6 @@ impl ProbeRecorder {
         let series = self.series.entry(path.clone()).or_default();
         if let Some(setup) = record.setup_seconds {
             f.setup.get_or_create(&path).set(setup);
-            series.setup = true;
         }
         let figures = match &record.result {
             ProbeResult::Deferred { reason } => {
@@ -875,7 +1004,6 @@ impl ProbeRecorder {
                 f.last_success
                     .get_or_create(&path)
                     .set(record.at_unix_seconds);
-                series.last_success = true;
                 count_run(f, series, &path, "success");
                 Some(figures)
             }
@@ -902,31 +1030,60 @@ impl ProbeRecorder {
                 .inc_by(c.increase);
             series.counters.insert((side, c.counter));
         }
+        // Created at the first burst that tells it, zero or not: 0 says "measured, none".
+        for t in record.other_traffic.iter().filter(|_| !shed) {
+            f.other_traffic
+                .get_or_create(&traffic_labels(&path, t.side, t.direction))
+                .inc_by(t.bytes);
+            series.other_traffic.insert((t.side, t.direction));
+        }
         if let Some(figures) = figures {
-            series.figures = true;
-            series.target |= record.target_bytes_per_second.is_some();
-            self.record_figures(&path, figures, record.target_bytes_per_second);
+            series.kinds.insert(record.kind);
+            self.record_figures(&path, record.kind, figures, record.target_bytes_per_second);
         }
         self.update_table(path, record);
     }
 
-    /// Gauges describe the last burst that moved data; counters accumulate what completed.
-    fn record_figures(&self, path: &PathLabels, figures: &BurstFigures, target: Option<f64>) {
+    /// Gauges describe the last burst of its kind that moved data; counters accumulate what
+    /// completed, of both kinds.
+    fn record_figures(
+        &self,
+        path: &PathLabels,
+        kind: BurstKind,
+        figures: &BurstFigures,
+        target: Option<f64>,
+    ) {
         let f = &self.families;
+        let labels = kind_labels(path, kind);
         f.bandwidth
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.bandwidth_bytes_per_second);
         f.min_window
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.min_window_bandwidth_bytes_per_second);
         f.gap_max
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.completion_gap_max_seconds);
         f.message_rate
-            .get_or_create(path)
+            .get_or_create(&labels)
             .set(figures.message_rate_per_second);
         if let Some(target) = target {
-            f.target.get_or_create(path).set(target);
+            f.target.get_or_create(&labels).set(target);
+        }
+        // Per-QP figures exist only for bursts over several QPs; a path reloaded down to one
+        // QP loses them.
+        for (family, value) in [
+            (&f.qp_min, figures.qp_bandwidth_min_bytes_per_second),
+            (&f.qp_max, figures.qp_bandwidth_max_bytes_per_second),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&labels).set(v);
+                }
+                None => {
+                    family.remove(&labels);
+                }
+            }
         }
         f.bytes.get_or_create(path).inc_by(figures.bytes);
         f.messages.get_or_create(path).inc_by(figures.messages);
@@ -962,17 +1119,22 @@ impl ProbeRecorder {
         };
         self.budget.remove(path);
         let f = &self.families;
-        for family in [
-            &f.bandwidth,
-            &f.min_window,
-            &f.gap_max,
-            &f.target,
-            &f.message_rate,
-            &f.setup,
-            &f.last_success,
-        ] {
-            family.remove(path);
+        for kind in &series.kinds {
+            let labels = kind_labels(path, *kind);
+            for family in [
+                &f.bandwidth,
+                &f.min_window,
+                &f.gap_max,
+                &f.target,
+                &f.message_rate,
+                &f.qp_min,
+                &f.qp_max,
+            ] {
+                family.remove(&labels);
+            }
         }
+        f.setup.remove(path);
+        f.last_success.remove(path);
         f.success.remove(path);
         f.bytes.remove(path);
         f.messages.remove(path);
@@ -987,6 +1149,10 @@ impl ProbeRecorder {
         }
         for (side, counter) in series.counters {
             f.port_counters.remove(&counter_labels(path, side, counter));
+        }
+        for (side, direction) in series.other_traffic {
+            f.other_traffic
+                .remove(&traffic_labels(path, side, direction));
         }
         self.table().remove(path);
         f.path_series
@@ -1012,6 +1178,15 @@ fn count_run(
     series.results.insert(result);
 }
 
+fn kind_labels(path: &PathLabels, kind: BurstKind) -> KindLabels {
+    KindLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        kind: kind.as_str(),
+    }
+}
+
 fn result_labels(path: &PathLabels, result: &'static str) -> ResultLabels {
     ResultLabels {
         device: path.device.clone(),
@@ -1031,6 +1206,16 @@ fn counter_labels(path: &PathLabels, side: &'static str, counter: &'static str) 
     }
 }
 
+fn traffic_labels(path: &PathLabels, side: Side, direction: Direction) -> TrafficLabels {
+    TrafficLabels {
+        device: path.device.clone(),
+        peer: path.peer.clone(),
+        peer_device: path.peer_device.clone(),
+        side: side.as_str(),
+        direction: direction.as_str(),
+    }
+}
+
 fn reason_labels(path: &PathLabels, reason: &'static str) -> ReasonLabels {
     ReasonLabels {
         device: path.device.clone(),
@@ -1042,8 +1227,11 @@ fn reason_labels(path: &PathLabels, reason: &'static str) -> ReasonLabels {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::metrics::{Format, Metrics};
+    use crate::port::OtherTraffic;
 
     fn path(peer: &str) -> PathLabels {
         PathLabels {
@@ -1062,6 +1250,8 @@ mod tests {
             min_window_bandwidth_bytes_per_second: bandwidth * 0.9,
             completion_gap_max_seconds: 0.001,
             message_rate_per_second: 200.0,
+            qp_bandwidth_min_bytes_per_second: None,
+            qp_bandwidth_max_bytes_per_second: None,
         }
     }
 
@@ -1070,10 +1260,12 @@ mod tests {
             result: ProbeResult::Success {
                 figures: figures(bandwidth),
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: Some(1.25e9),
             setup_seconds: Some(0.02),
             at_unix_seconds: 1_700_000_000.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         }
     }
 
@@ -1084,10 +1276,12 @@ mod tests {
                 message: "peer gone".into(),
                 figures: None,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1_700_000_060.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         }
     }
 
@@ -1098,6 +1292,8 @@ mod tests {
     }
 
     const B: &str = r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0"}"#;
+    /// The per-burst gauges of a path's paced bursts.
+    const PACED: &str = r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0",kind="paced"}"#;
 
     #[test]
     fn success_gauge_exists_from_the_first_attempt_and_stays_when_the_peer_is_down() {
@@ -1111,12 +1307,12 @@ mod tests {
             "{text}"
         );
 
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Connect),
         ));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Connect),
         ));
@@ -1128,7 +1324,10 @@ mod tests {
         assert_eq!(sample(&text, runs), Some(2.0));
         // The last burst that moved data still describes the link.
         assert_eq!(
-            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            sample(
+                &text,
+                &format!("rdma_probe_bandwidth_bytes_per_second{PACED}")
+            ),
             Some(1e9)
         );
         assert_eq!(
@@ -1165,6 +1364,8 @@ mod tests {
             completion_gap_max: std::time::Duration::from_millis(30),
             cpu_seconds: None,
             per_qp_bandwidth_min_bytes_per_second: None,
+            per_qp_bandwidth_max_bytes_per_second: None,
+            per_qp_bandwidth_bytes_per_second: Vec::new(),
         };
         let ok = ProbeOutcome {
             report: Some(report.clone()),
@@ -1226,12 +1427,14 @@ mod tests {
             result: ProbeResult::Deferred {
                 reason: DeferReason::Busy,
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: None,
             setup_seconds: None,
             at_unix_seconds: 1.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         };
-        recorder.apply(ProbeEvent::Completed(path("node-b"), busy));
+        recorder.apply(ProbeEvent::completed(path("node-b"), busy));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let deferred = r#"rdma_probe_deferred_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",reason="busy"}"#;
         assert_eq!(sample(&text, deferred), Some(1.0));
@@ -1249,21 +1452,26 @@ mod tests {
                 message: "deadline".into(),
                 figures: Some(figures(2.5e5)),
             },
+            kind: BurstKind::Paced,
             target_bytes_per_second: Some(7.5e5),
             setup_seconds: None,
             at_unix_seconds: 5.0,
             counters: Vec::new(),
+            other_traffic: Vec::new(),
         };
-        recorder.apply(ProbeEvent::Completed(path("node-b"), slow));
+        recorder.apply(ProbeEvent::completed(path("node-b"), slow));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(
-            sample(&text, &format!("rdma_probe_bandwidth_bytes_per_second{B}")),
+            sample(
+                &text,
+                &format!("rdma_probe_bandwidth_bytes_per_second{PACED}")
+            ),
             Some(2.5e5)
         );
         assert_eq!(
             sample(
                 &text,
-                &format!("rdma_probe_target_bandwidth_bytes_per_second{B}")
+                &format!("rdma_probe_target_bandwidth_bytes_per_second{PACED}")
             ),
             Some(7.5e5)
         );
@@ -1312,7 +1520,7 @@ mod tests {
             r
         };
         for (i, p) in ["a", "b", "c"].iter().enumerate() {
-            recorder.apply_at(ProbeEvent::Completed(path(p), healthy()), at(1 + i as u64));
+            recorder.apply_at(ProbeEvent::completed(path(p), healthy()), at(1 + i as u64));
         }
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert_eq!(sample(&text, "rdma_probe_path_series"), Some(39.0));
@@ -1325,7 +1533,7 @@ mod tests {
 
         // d does not fit: the traffic counters go (26 + 6 + 11 = 44), then the oldest sampled
         // path, c.
-        recorder.apply_at(ProbeEvent::Completed(path("d"), healthy()), at(10));
+        recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(10));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
         assert!(
@@ -1347,7 +1555,7 @@ mod tests {
             Some(1.0)
         );
         // Shed until a reload: a new result brings no traffic counter back.
-        recorder.apply_at(ProbeEvent::Completed(path("a"), healthy()), at(20));
+        recorder.apply_at(ProbeEvent::completed(path("a"), healthy()), at(20));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
 
@@ -1375,15 +1583,77 @@ mod tests {
     }
 
     #[test]
+    fn capacity_bursts_keep_their_own_gauges_beside_the_paced_ones() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(2.5e6)));
+        let mut capacity = success(9e8);
+        capacity.kind = BurstKind::Capacity;
+        capacity.target_bytes_per_second = Some(1.25e9);
+        recorder.apply(ProbeEvent::completed(path("node-b"), capacity));
+        // A paced burst after the capacity burst changes only the paced gauges.
+        let mut paced = success(2.4e6);
+        paced.target_bytes_per_second = Some(2.5e6);
+        recorder.apply(ProbeEvent::completed(path("node-b"), paced));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        const CAPACITY: &str =
+            r#"{device="mlx5_0",peer="node-b",peer_device="mlx5_0",kind="capacity"}"#;
+        let value = |family: &str, labels: &str| sample(&text, &format!("{family}{labels}"));
+        let bandwidth = "rdma_probe_bandwidth_bytes_per_second";
+        let target = "rdma_probe_target_bandwidth_bytes_per_second";
+        assert_eq!(value(bandwidth, PACED), Some(2.4e6), "{text}");
+        assert_eq!(value(target, PACED), Some(2.5e6), "{text}");
+        assert_eq!(value(bandwidth, CAPACITY), Some(9e8), "{text}");
+        assert_eq!(value(target, CAPACITY), Some(1.25e9), "{text}");
+        assert_eq!(
+            value("rdma_probe_bandwidth_min_window_bytes_per_second", CAPACITY),
+            Some(9e8 * 0.9)
+        );
+        // Counters add up both kinds; the path's success and run counts too.
+        let runs = r#"rdma_probe_runs_total{device="mlx5_0",peer="node-b",peer_device="mlx5_0",result="success"}"#;
+        assert_eq!(sample(&text, runs), Some(3.0));
+        assert_eq!(
+            sample(&text, &format!("rdma_probe_bytes_total{B}")),
+            Some(3.0 * 65536.0 * 100.0)
+        );
+        // A removed path loses the series of both kinds.
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains("peer=\"node-b\""), "{text}");
+    }
+
+    #[test]
+    fn bursts_over_several_qps_report_their_slowest_and_fastest_qp() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let mut four_qps = success(4e6);
+        if let ProbeResult::Success { figures } = &mut four_qps.result {
+            figures.qp_bandwidth_min_bytes_per_second = Some(1e5);
+            figures.qp_bandwidth_max_bytes_per_second = Some(1.3e6);
+        }
+        recorder.apply(ProbeEvent::completed(path("node-b"), four_qps));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let min = format!("rdma_probe_qp_bandwidth_min_bytes_per_second{PACED}");
+        let max = format!("rdma_probe_qp_bandwidth_max_bytes_per_second{PACED}");
+        assert_eq!(sample(&text, &min), Some(1e5), "{text}");
+        assert_eq!(sample(&text, &max), Some(1.3e6), "{text}");
+        // A reload down to one QP: its bursts have no per-QP figures, and the old ones go.
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(4e6)));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(sample(&text, &min), None, "{text}");
+        assert_eq!(sample(&text, &max), None, "{text}");
+    }
+
+    #[test]
     fn paths_removed_by_a_reload_lose_every_series() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
-        recorder.apply(ProbeEvent::Completed(path("node-b"), success(1e9)));
-        recorder.apply(ProbeEvent::Completed(
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        recorder.apply(ProbeEvent::completed(
             path("node-b"),
             failure(ErrorReason::Timeout),
         ));
-        recorder.apply(ProbeEvent::Completed(path("node-c"), success(2e9)));
+        recorder.apply(ProbeEvent::completed(path("node-c"), success(2e9)));
         recorder.apply(ProbeEvent::RetainPeers(["node-c".to_owned()].into()));
         recorder.apply(ProbeEvent::ConfigLoaded {
             ok: true,
@@ -1420,8 +1690,8 @@ mod tests {
         };
         let record = ProbeRecord::from_outcome(&outcome, 1.0);
         assert_eq!(record.counters.len(), 3, "{:?}", record.counters);
-        recorder.apply(ProbeEvent::Completed(path("node-b"), record.clone()));
-        recorder.apply(ProbeEvent::Completed(path("node-b"), record));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record.clone()));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         let series = |side: &str, counter: &str| {
             format!(
@@ -1450,6 +1720,59 @@ mod tests {
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
     }
 
+    #[test]
+    fn other_traffic_adds_up_per_side_and_direction_zero_included() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let outcome = ProbeOutcome {
+            report: Some(crate::burst::BurstStats::new(1, Duration::from_millis(10)).finish()),
+            local_other_traffic: Some(OtherTraffic {
+                transmit_bytes: Some(0),
+                receive_bytes: Some(1_500_000),
+            }),
+            // The responder's port told only what it received.
+            remote_other_traffic: Some(OtherTraffic {
+                transmit_bytes: None,
+                receive_bytes: Some(0),
+            }),
+            ..ProbeOutcome::default()
+        };
+        let record = ProbeRecord::from_outcome(&outcome, 1.0);
+        assert_eq!(record.other_traffic.len(), 3, "{:?}", record.other_traffic);
+        recorder.apply(ProbeEvent::completed(path("node-b"), record.clone()));
+        recorder.apply(ProbeEvent::completed(path("node-b"), record));
+        // A burst whose ports gave no byte counters adds nothing.
+        recorder.apply(ProbeEvent::completed(path("node-b"), success(1e9)));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let series = |side: &str, direction: &str| {
+            format!(
+                r#"rdma_probe_port_other_traffic_bytes_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",direction="{direction}"}}"#
+            )
+        };
+        assert_eq!(
+            sample(&text, &series("local", "receive")),
+            Some(3e6),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, &series("local", "transmit")),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, &series("remote", "receive")),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("remote", "transmit")), None, "{text}");
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(
+            !text.contains("rdma_probe_port_other_traffic_bytes_total{"),
+            "{text}"
+        );
+    }
+
     /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
     /// deferral) and prints the time and series count; asserts only that every path is there.
     /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
@@ -1464,21 +1787,23 @@ mod tests {
                 peer: format!("node-{:04}", i / 8),
                 peer_device: format!("mlx5_{}", i % 8),
             };
-            recorder.apply(ProbeEvent::Completed(p.clone(), success(1e9 + i as f64)));
-            recorder.apply(ProbeEvent::Completed(
+            recorder.apply(ProbeEvent::completed(p.clone(), success(1e9 + i as f64)));
+            recorder.apply(ProbeEvent::completed(
                 p.clone(),
                 failure(ErrorReason::Timeout),
             ));
-            recorder.apply(ProbeEvent::Completed(
+            recorder.apply(ProbeEvent::completed(
                 p,
                 ProbeRecord {
                     result: ProbeResult::Deferred {
                         reason: DeferReason::Busy,
                     },
+                    kind: BurstKind::Paced,
                     target_bytes_per_second: None,
                     setup_seconds: None,
                     at_unix_seconds: 1.0,
                     counters: Vec::new(),
+                    other_traffic: Vec::new(),
                 },
             ));
         }

@@ -13,4 +13,4 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use probe::{probe_perftest, PerftestOptions, DEFAULT_PORT};
+pub use probe::{probe_perftest, probe_perftest_on, PerftestOptions, DEFAULT_PORT};

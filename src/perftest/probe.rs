@@ -10,12 +10,15 @@ use tokio::net::TcpStream;
 use super::channel::{Channel, ChannelError, Step};
 use super::wire::{self, Key, Report};
 use crate::burst::BurstPlan;
+use crate::placement;
+use crate::port;
 use crate::prober::{
-    ensure_port_active, BurstJob, BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
+    counter_reader, device_placement, ensure_port_active, read_counters, BurstJob, BurstKind,
+    BurstWorker, ProbeError, ProbeOutcome, ProbeSettings,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
-use crate::verbs::{Context, PathMtu, RemoteAddr, VerbsError};
+use crate::verbs::{Context, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// perftest's default control port.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -50,30 +53,62 @@ impl From<ChannelError> for ProbeError {
     }
 }
 
-/// Runs one burst against the `ib_write_bw` server at `settings.target` and closes the session.
+/// Runs one burst against the `ib_write_bw` server at `settings.target` and closes the session
+/// (`probe --perftest`): opens the local device and a burst thread for this one probe.
 pub async fn probe_perftest(settings: &ProbeSettings, options: &PerftestOptions) -> ProbeOutcome {
-    let mut outcome = ProbeOutcome {
-        message_size: settings.message_size,
-        qps: settings.qps,
-        new_session: true,
-        ..ProbeOutcome::default()
+    let local = &settings.local;
+    let opened = match Context::open(local.device.as_deref(), local.port) {
+        Ok(ctx) => {
+            let placement = device_placement(ctx.device_name()).await;
+            BurstWorker::start(placement).map(|worker| (ctx, worker))
+        }
+        Err(e) => Err(ProbeError::from(e)),
     };
-    if let Err(e) = run(settings, options, &mut outcome).await {
+    match opened {
+        Ok((ctx, worker)) => probe_perftest_on(ctx, &worker, settings, options).await,
+        Err(e) => {
+            let mut outcome = fresh_outcome(settings);
+            outcome.record_error(&e);
+            outcome
+        }
+    }
+}
+
+/// [`probe_perftest`] on a device the caller already opened and its burst thread (an exporter
+/// device worker's). A stock server serves one client and exits, so there is no warm session:
+/// every probe sets up anew, and its setup time is reported as such.
+pub async fn probe_perftest_on(
+    ctx: Context,
+    worker: &BurstWorker,
+    settings: &ProbeSettings,
+    options: &PerftestOptions,
+) -> ProbeOutcome {
+    let mut outcome = fresh_outcome(settings);
+    if let Err(e) = run(ctx, worker, settings, options, &mut outcome).await {
         outcome.record_error(&e);
     }
     outcome
 }
 
+fn fresh_outcome(settings: &ProbeSettings) -> ProbeOutcome {
+    ProbeOutcome {
+        kind: BurstKind::of(settings.rate_limit.as_ref()),
+        message_size: settings.message_size,
+        qps: settings.qps,
+        new_session: true,
+        ..ProbeOutcome::default()
+    }
+}
+
 async fn run(
+    mut ctx: Context,
+    worker: &BurstWorker,
     settings: &ProbeSettings,
     options: &PerftestOptions,
     outcome: &mut ProbeOutcome,
 ) -> Result<(), ProbeError> {
     let started = Instant::now();
-    let local = &settings.local;
-    let mut ctx = Context::open(local.device.as_deref(), local.port)?;
     ensure_port_active(&mut ctx)?;
-    let worker = BurstWorker::start()?;
     let path = settings.path_options();
     // One slot per QP: every WRITE lands at the start of the server's buffer for that QP, as
     // perftest's own client does with messages above half a page.
@@ -83,31 +118,19 @@ async fn run(
         slots: 1,
         send_depth: settings.tx_depth,
         recv_depth: 1,
+        remote: RemoteAccess::None,
     };
-    let mut set = tokio::task::spawn_blocking(move || QpSet::create(ctx, shape, &path))
-        .await
-        .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
+    let cpus = worker.placement().cpus().map(<[usize]>::to_vec);
+    let mut set = tokio::task::spawn_blocking(move || {
+        placement::with_cpus(cpus.as_deref(), || QpSet::create(ctx, shape, &path))
+    })
+    .await
+    .map_err(|e| failed(ErrorReason::QpSetup, format!("setup task: {e}")))??;
     outcome.device = Some(set.ctx.device_name().to_string());
     let local_rate = set.ctx.port_info().link_rate_bits_per_second;
     outcome.local_link_rate_bits_per_second = local_rate;
 
-    let stream = tokio::time::timeout(settings.timeout, TcpStream::connect(&settings.target))
-        .await
-        .map_err(|_| {
-            failed(
-                ErrorReason::Timeout,
-                format!(
-                    "connecting to {} timed out after {:?}",
-                    settings.target, settings.timeout
-                ),
-            )
-        })?
-        .map_err(|e| {
-            failed(
-                ErrorReason::Connect,
-                format!("connecting to the perftest server {}: {e}", settings.target),
-            )
-        })?;
+    let stream = connect(&settings.target, settings.timeout).await?;
     let _ = stream.set_nodelay(true); // one segment per message; a failure only slows it
     let with_gid = set.sgid_index().is_some();
     // The server sleeps 1 s after accepting before it answers: the timeout covers it.
@@ -145,7 +168,7 @@ async fn run(
             gid: k.gid.unwrap_or([0; 16]),
         })
         .collect();
-    set.connect(&endpoints, mtu, &path, true)?;
+    set.connect(&endpoints, mtu, &path, true, &[])?;
     for key in &keys {
         channel.keys(Step::Keys(2), key).await?;
     }
@@ -162,7 +185,8 @@ async fn run(
         .tx_depth(settings.tx_depth)
         .qps(settings.qps)
         .post_list(settings.post_list)
-        .rate(rate);
+        .rate(rate)
+        .busy_poll(settings.busy_poll);
     if let Some(cq_mod) = settings.cq_mod {
         builder = builder.cq_mod(cq_mod);
     }
@@ -175,6 +199,8 @@ async fn run(
             rkey: k.rkey,
         })
         .collect();
+    let counters = counter_reader(set.ctx.device_name(), set.ctx.port()).await;
+    let counters_before = read_counters(counters.clone()).await;
     let (set, result) = worker
         .run(BurstJob {
             set,
@@ -186,6 +212,8 @@ async fn run(
         })
         .await?;
     drop(set);
+    let counters_after = read_counters(counters).await;
+    outcome.local_counters = port::nonzero_increases(counters_before, counters_after);
     let (report, timing) = match result {
         Ok(done) => done,
         Err(failure) => {
@@ -225,6 +253,45 @@ async fn run(
     channel.report(&figures).await?;
     channel.close(&keys[0]).await?;
     Ok(())
+}
+
+/// How long a refused connection is tried again: a stock server serves one client and exits,
+/// so a server run in a loop is not listening for the moment it takes to start again
+/// (docs/perftest.md, "In the exporter").
+const RESTART_GRACE: Duration = Duration::from_secs(3);
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+/// Connects to the server within `timeout`, trying a refused connection again for
+/// [`RESTART_GRACE`]: a server between two clients is not a server that is down.
+async fn connect(target: &str, timeout: Duration) -> Result<TcpStream, ProbeError> {
+    let started = tokio::time::Instant::now();
+    let attempts = async {
+        loop {
+            match TcpStream::connect(target).await {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused
+                        && started.elapsed() + RETRY_EVERY < RESTART_GRACE =>
+                {
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                other => return other,
+            }
+        }
+    };
+    tokio::time::timeout(timeout, attempts)
+        .await
+        .map_err(|_| {
+            failed(
+                ErrorReason::Timeout,
+                format!("connecting to {target} timed out after {timeout:?}"),
+            )
+        })?
+        .map_err(|e| {
+            failed(
+                ErrorReason::Connect,
+                format!("connecting to the perftest server {target}: {e}"),
+            )
+        })
 }
 
 /// Our QPs' keys: number, PSN, LID, GID, and the MR's rkey and address (perftest sends its own
@@ -275,6 +342,41 @@ fn page_size() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A free loopback port: bound, then released.
+    fn free_port() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_starts_again_within_the_grace_is_reached() {
+        let addr = free_port();
+        let server = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+            listener.accept().await.unwrap();
+        });
+        let stream = connect(&addr.to_string(), Duration::from_secs(10)).await;
+        assert!(stream.is_ok(), "{:?}", stream.err());
+        server.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_stays_down_is_a_connect_failure_after_the_grace() {
+        let addr = free_port();
+        let started = tokio::time::Instant::now();
+        let error = connect(&addr.to_string(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), Some(ErrorReason::Connect), "{error}");
+        assert!(error.to_string().contains("refused"), "{error}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= RESTART_GRACE - RETRY_EVERY && waited <= RESTART_GRACE,
+            "{waited:?}"
+        );
+    }
 
     #[test]
     fn channel_errors_map_to_reasons() {

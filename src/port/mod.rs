@@ -10,7 +10,8 @@
 //!   this build does not know (a new speed, width or state) is a value, never an error or panic.
 //! - [`CounterSnapshot`] / [`increases`] are the pure counter arithmetic for bursts: resets and
 //!   wraps never produce a negative or huge increase, and `port_xmit_data` / `port_rcv_data`
-//!   (4-byte words) come out in bytes.
+//!   (4-byte words) come out in bytes; [`other_traffic`] is what a port carried during a burst
+//!   beyond the burst itself.
 //! - No `unsafe`; the active RDMA MTU is not in sysfs (verbs reports it; the netdev MTU is here).
 
 mod allowlist;
@@ -22,6 +23,7 @@ mod netdev;
 mod pcie;
 mod state;
 mod sysfs;
+mod traffic;
 
 pub use allowlist::{
     by_label, lookup, CounterKind, CounterSource, CounterSpec, CounterUnit, ALLOWLIST,
@@ -36,6 +38,7 @@ pub use netdev::NetdevFacts;
 pub use pcie::{PciFacts, PcieLink, PcieSpeed};
 pub use state::{parse_link_layer, parse_state, PhysState};
 pub use sysfs::{CounterReader, Sysfs, SYSTEM_ROOT};
+pub use traffic::{other_traffic, BurstEnd, BurstTraffic, OtherTraffic};
 
 #[cfg(test)]
 mod tests;

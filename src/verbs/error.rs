@@ -104,6 +104,10 @@ pub enum VerbsError {
         detail: String,
     },
 
+    /// `ibv_query_qp` failed.
+    #[error("querying QP {qpn} failed: {detail}")]
+    Query { qpn: u32, detail: String },
+
     /// A caller-supplied value is out of range (MTU, buffer bounds, GID index, ...). Caught
     /// before reaching the driver, so the QP is unaffected.
     #[error("invalid argument: {0}")]
@@ -163,6 +167,7 @@ impl VerbsError {
             VerbsError::BadGidIndex { .. }
             | VerbsError::Create { .. }
             | VerbsError::Modify { .. }
+            | VerbsError::Query { .. }
             | VerbsError::InvalidArgument(_)
             | VerbsError::Post { .. } => ErrorReason::QpSetup,
             VerbsError::Completion { .. } => ErrorReason::WcOther,

@@ -14,17 +14,20 @@ use rdma_mummy_sys::{ibv_qp, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, 
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid as SwGid};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::queue_pair::{
-    BasicQueuePair, QueuePair as _, QueuePairAttribute, QueuePairState, QueuePairType,
+    BasicQueuePair, QueuePair as _, QueuePairAttribute, QueuePairAttributeMask, QueuePairState,
+    QueuePairType,
 };
-use sideway::ibverbs::AccessFlags;
 
 use super::device::{error_chain, query_valid_gid};
 use super::error::{Resource, Result, VerbsError};
-use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain};
+use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess};
 use super::types::PathMtu;
 
 /// Largest PSN (PSNs are 24 bits on the wire).
 pub const MAX_PSN: u32 = 0x00ff_ffff;
+
+/// Largest GRH flow label (20 bits).
+pub const MAX_FLOW_LABEL: u32 = 0x000f_ffff;
 
 /// Queue sizes of a QP. perftest WRITE: `max_send_wr` = tx depth (128), `max_recv_wr` = 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,10 @@ pub struct PathParams {
     pub traffic_class: u8,
     /// Service level (4 bits; on RoCE mapped to the VLAN priority / PFC class by the driver).
     pub service_level: u8,
+    /// GRH flow label (20 bits; 0: none). On RoCE v2 the drivers derive the UDP source port of
+    /// the QP's packets from it, so it picks the QP's ECMP path (docs/architecture.md, "Every
+    /// ECMP path"). Ignored without a GRH.
+    pub flow_label: u32,
     pub hop_limit: u8,
     /// RNR NAK timer code the responder advertises (12 ≈ 0.64 ms).
     pub min_rnr_timer: u8,
@@ -86,6 +93,7 @@ impl PathParams {
             sgid_index,
             traffic_class: 0,
             service_level: 0,
+            flow_label: 0,
             hop_limit: 255,
             min_rnr_timer: 12,
             max_dest_rd_atomic: 1,
@@ -294,8 +302,9 @@ impl QueuePair {
         })
     }
 
-    /// RESET → INIT on `port` with `pkey_index`, allowing remote writes only (perftest WRITE).
-    pub fn to_init(&mut self, port: u8, pkey_index: u16) -> Result<()> {
+    /// RESET → INIT on `port` with `pkey_index`, allowing the peer's RDMA WRITEs (perftest WRITE)
+    /// or, with [`RemoteAccess::None`], no remote access at all.
+    pub fn to_init(&mut self, port: u8, pkey_index: u16, remote: RemoteAccess) -> Result<()> {
         if port == 0 || port > self.port_count {
             return Err(VerbsError::UnknownPort {
                 device: self.device.to_string(),
@@ -307,7 +316,7 @@ impl QueuePair {
         attr.setup_state(QueuePairState::Init)
             .setup_pkey_index(pkey_index)
             .setup_port(port)
-            .setup_access_flags(AccessFlags::RemoteWrite);
+            .setup_access_flags(remote.qp_flags());
         self.modify(&attr, "INIT")?;
         self.port = Some(port);
         Ok(())
@@ -335,6 +344,12 @@ impl QueuePair {
                 path.service_level
             )));
         }
+        if path.flow_label > MAX_FLOW_LABEL {
+            return Err(VerbsError::InvalidArgument(format!(
+                "flow label {:#x} does not fit in 20 bits",
+                path.flow_label
+            )));
+        }
         let mut av = AddressHandleAttribute::new();
         av.setup_dest_lid(remote.lid)
             .setup_service_level(path.service_level)
@@ -350,7 +365,7 @@ impl QueuePair {
             })?;
             av.setup_grh(
                 &SwGid { raw: remote.gid },
-                0,
+                path.flow_label,
                 sgid,
                 path.hop_limit,
                 path.traffic_class,
@@ -378,6 +393,30 @@ impl QueuePair {
             .setup_rnr_retry(params.rnr_retry)
             .setup_max_read_atomic(params.max_rd_atomic);
         self.modify(&attr, "RTS")
+    }
+
+    /// The PSN the QP's next request packet will carry, as the device keeps it.
+    pub fn send_psn(&self) -> Result<u32> {
+        let qpn = self.qpn();
+        let (attr, _) = self
+            .qp
+            .query(QueuePairAttributeMask::SendQueuePacketSequenceNumber)
+            .map_err(|e| VerbsError::Query {
+                qpn,
+                detail: error_chain(&e),
+            })?;
+        Ok(attr.sq_psn() & MAX_PSN)
+    }
+
+    /// Any state → RESET, keeping the QP number: with nothing outstanding, the QP can then be
+    /// brought up again (INIT, RTR, RTS) on another path to the same peer QP, its send PSN
+    /// continuing where it stopped, so the peer, which stays in RTR, notices nothing.
+    pub fn to_reset(&mut self) -> Result<()> {
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Reset);
+        self.modify(&attr, "RESET")?;
+        self.port = None;
+        Ok(())
     }
 
     /// Any state → ERROR: outstanding WRs are flushed (complete with `WR_FLUSH_ERR`), so the CQ

@@ -151,8 +151,37 @@ fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
-/// A buffer of `len` bytes registered with `LOCAL_WRITE | REMOTE_WRITE` — never REMOTE_READ:
-/// a peer may write into a probe buffer, but can never read host memory through it.
+/// Whether the peer's QPs may write into a region (or a QP accept their writes): the responder's
+/// regions take the prober's RDMA WRITEs; the prober's are only ever read by its own NIC to send
+/// them, so they grant nothing remote. No region ever grants REMOTE_READ: a peer can never read
+/// host memory through one (docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// Local use only: the source of our own RDMA WRITEs.
+    None,
+    /// `REMOTE_WRITE` (with the `LOCAL_WRITE` verbs requires beside it): the target of the peer's.
+    Write,
+}
+
+impl RemoteAccess {
+    pub(crate) fn mr_flags(self) -> AccessFlags {
+        match self {
+            RemoteAccess::None => AccessFlags::none(),
+            RemoteAccess::Write => AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+        }
+    }
+
+    pub(crate) fn qp_flags(self) -> AccessFlags {
+        match self {
+            RemoteAccess::None => AccessFlags::none(),
+            RemoteAccess::Write => AccessFlags::RemoteWrite,
+        }
+    }
+}
+
+/// A buffer of `len` bytes registered with [`RemoteAccess`]: `LOCAL_WRITE | REMOTE_WRITE` or no
+/// access flag at all — never REMOTE_READ: a peer may write into a probe buffer, but can never
+/// read host memory through it.
 ///
 /// The buffer is owned (allocated page-aligned and zeroed here), so its address is stable for the
 /// life of the registration. Dropping deregisters first, then frees.
@@ -185,15 +214,16 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl ProtectionDomain {
-    /// Allocates a page-aligned zeroed buffer of `len` bytes and registers it for local write and
-    /// remote write (`ibv_reg_mr`).
-    pub fn register(&self, len: usize) -> Result<MemoryRegion> {
+    /// Allocates a page-aligned zeroed buffer of `len` bytes and registers it (`ibv_reg_mr`) with
+    /// `remote` access. The buffer is fresh for every region, so it never holds anything but
+    /// zeros and what the probe writes into it.
+    pub fn register(&self, len: usize, remote: RemoteAccess) -> Result<MemoryRegion> {
         let buf = AlignedBuffer::new(len).ok_or_else(|| {
             VerbsError::InvalidArgument(format!(
                 "memory region size {len} must be between 1 and isize::MAX bytes and allocatable"
             ))
         })?;
-        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let access = remote.mr_flags();
         // SAFETY: `buf` is a live allocation of exactly `len` bytes; it is stored next to the
         // registration in the returned `MemoryRegion`, which drops (deregisters) the MR before
         // freeing `buf`, so the registered range stays valid for the registration's lifetime.

@@ -24,6 +24,12 @@ fn path(family: &str, peer: &str) -> String {
     format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\"}}")
 }
 
+/// A per-burst gauge of the path's last paced burst (docs/metrics.md, "Paced and capacity
+/// bursts").
+fn paced(family: &str, peer: &str) -> String {
+    format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\",kind=\"paced\"}}")
+}
+
 /// The sum of a family's samples whose labels name `peer`.
 fn sum_for_peer(samples: &BTreeMap<String, f64>, family: &str, peer: &str) -> f64 {
     let prefix = format!("{family}{{");
@@ -64,8 +70,8 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
                 Some(&1.0),
                 "{node}->{peer}\n{scrape}"
             );
-            let bandwidth = s[&path("rdma_probe_bandwidth_bytes_per_second", peer)];
-            let target = s[&path("rdma_probe_target_bandwidth_bytes_per_second", peer)];
+            let bandwidth = s[&paced("rdma_probe_bandwidth_bytes_per_second", peer)];
+            let target = s[&paced("rdma_probe_target_bandwidth_bytes_per_second", peer)];
             assert!(bandwidth > 0.0, "{node}->{peer}: {bandwidth}");
             assert_eq!(
                 target,

@@ -8,9 +8,12 @@ mod promtool;
 
 mod baseline;
 mod bench;
+mod capacity;
 mod exporter;
 mod image;
+mod leaks;
 mod perftest;
 mod port;
 mod probe;
 mod prometheus;
+mod traffic;

@@ -85,6 +85,8 @@ fn report() -> BurstReport {
         completion_gap_max: Duration::from_millis(2),
         cpu_seconds: None,
         per_qp_bandwidth_min_bytes_per_second: None,
+        per_qp_bandwidth_max_bytes_per_second: None,
+        per_qp_bandwidth_bytes_per_second: Vec::new(),
     }
 }
 
@@ -185,7 +187,7 @@ fn completed<'a>(events: &'a [ProbeEvent], peer: &str) -> Vec<(&'a PathLabels, &
     events
         .iter()
         .filter_map(|e| match e {
-            ProbeEvent::Completed(l, r) if l.peer == peer => Some((l, r)),
+            ProbeEvent::Completed(l, r) if l.peer == peer => Some((l, &**r)),
             _ => None,
         })
         .collect()

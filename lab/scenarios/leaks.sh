@@ -1,0 +1,111 @@
+# Two nodes: one exporter (node1) probes node2's responder fast enough to run 500 successful
+# bursts, then 500 failed ones (node1's RoCE packets, UDP to 4791, are dropped while the control
+# channel's TCP passes, so every session is set up and every burst ends in wc_retry_exceeded,
+# and the session is rebuilt for the next), then recovers; then
+# node1's link goes down (probes fail with port_down, never hang) and comes back. Before and
+# after, the exporter's RDMA resources (rdma resource show: pd, cq, qp, mr, ctx), file
+# descriptors, threads and RSS are recorded on node1, and the responder's resources on node2.
+bin=rdma-probe-exporter
+echo "lab-leaks-psk-0123456789abcdef" >/tmp/psk
+chmod 600 /tmp/psk
+url=http://127.0.0.1:9587/metrics
+SUCCESSES=${LEAKS_SUCCESSES:-500}
+FAILURES=${LEAKS_FAILURES:-500}
+
+# resources: "pd=N cq=N qp=N mr=N ctx=N" of rxe0 (the whole node: only our process uses it).
+resources() {
+  rdma resource show | awk '$2 == "rxe0:" {
+    for (i = 3; i < NF; i += 2) if ($i ~ /^(pd|cq|qp|mr|ctx)$/) out = out $i "=" $(i + 1) " "
+    print out }' | sed 's/ $//'
+}
+# process PID: "fds=N threads=N rss_kib=N".
+process() {
+  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=$(awk '/^Threads:/ {print $2}' "/proc/$1/status") rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+}
+
+case $LAB_NODE in
+  node2)
+    $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
+      >responder.log 2>&1 &
+    lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    lab_signal responder-up
+    lab_wait_signal node1 warm 300 || exit 1
+    lab_result responder_baseline "$(resources)"
+    lab_wait_signal node1 done 900 || exit 1
+    lab_result responder_end "$(resources)"
+    lab_result responder_sessions_now "$(grep -c 'session set up' responder.log) set up, $(grep -c 'session ended' responder.log) ended"
+    kill -TERM %1
+    wait
+    ;;
+  node1)
+    lab_wait_signal node2 responder-up || exit 1
+    cat >/tmp/leaks.yaml <<EOF
+node: node1
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1}
+schedule: {duty_cycle: 100%}
+defaults:
+  interval: 150ms
+  jitter: 0%
+  message_size: 4KiB
+  burst: {messages: 8}
+  unpaced_every: 0
+  # 16.8 ms x 7 retries: a dropped burst fails in about 0.1 s.
+  qp_timeout: 12
+  timeout: 3s
+peers:
+  - {name: node2, address: $(lab_addr node2):18516}
+EOF
+    $bin run --config /tmp/leaks.yaml >exporter.log 2>&1 &
+    pid=$!
+    series() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"node2\",peer_device=\"rxe0\",result=\"$1\"}"; }
+    count() { curl -sS --max-time 5 "$url" | awk -v s="$(series "$1")" 'index($0, s " ") == 1 {print $2}'; }
+    errors() { curl -sS --max-time 5 "$url" | awk -v r="reason=\"$1\"" 'index($0, "rdma_probe_errors_total{") == 1 && index($0, r) {s += $2} END {print s + 0}'; }
+    fail() { echo "$1" >&2; tail -n 30 exporter.log >&2; kill $pid; lab_signal done; exit 1; }
+
+    lab_wait_metric "$url" "$(series success)" 20 120 || fail "no warm session"
+    sleep 1
+    lab_result baseline "$(resources) $(process $pid)"
+    lab_signal warm
+    t0=$SECONDS
+    lab_wait_metric "$url" "$(series success)" "$SUCCESSES" 900 || fail "not $SUCCESSES successes"
+    lab_result successes_seconds $((SECONDS - t0))
+
+    lab_slow_roce_ports 0 0 loss 100% || fail "cannot drop RoCE packets"
+    before=$(count failure); before=${before:-0}
+    t0=$SECONDS
+    lab_wait_metric "$url" "$(series failure)" $((before + FAILURES)) 900 || fail "not $FAILURES failures"
+    lab_result failures_seconds $((SECONDS - t0))
+    lab_result failure_reasons "wc_retry_exceeded=$(errors wc_retry_exceeded) timeout=$(errors timeout) other=$(curl -sS "$url" | awk 'index($0, "rdma_probe_errors_total{") == 1 {s += $2} END {print s + 0}')"
+    lab_result during_failures "$(resources) $(process $pid)"
+    lab_clear_faults
+    ok=$(count success)
+    lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after the drop"
+
+    # The port goes down: probes fail with port_down (no hang), and succeed again when it is up.
+    lab_link_down
+    t0=$SECONDS
+    until [ "$(errors port_down)" -ge 1 ]; do
+      [ $((SECONDS - t0)) -ge 30 ] && { lab_link_up; fail "no port_down within 30 s"; }
+      sleep 0.2
+    done
+    lab_result port_down_seconds $((SECONDS - t0))
+    sleep 3
+    lab_result port_down_errors "$(errors port_down)"
+    lab_link_up
+    ok=$(count success)
+    t0=$SECONDS
+    lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after link up"
+    lab_result link_up_recovery_seconds $((SECONDS - t0))
+    sleep 1
+    lab_result end "$(resources) $(process $pid)"
+    curl -sS --max-time 5 "$url" >metrics.txt
+    lab_result totals "success=$(count success) failure=$(count failure)"
+    lab_signal done
+    kill -TERM $pid
+    wait $pid
+    lab_result exit "$?"
+    ;;
+esac
+exit 0

@@ -1,0 +1,65 @@
+//! One exporter through 500 successful and 500 failed bursts, a port down and up
+//! (lab/scenarios/leaks.sh): every failure is a real RDMA failure on a real session (node1's
+//! RoCE packets are dropped, its TCP passes), the port going down gives `port_down` quickly, and afterwards
+//! the exporter's RDMA resources, file descriptors and threads are back at their baseline, its
+//! RSS near it, and the responder's resources too.
+
+use std::collections::BTreeMap;
+
+use crate::support;
+
+const BIN: &str = "target/release/rdma-probe-exporter";
+
+/// `key=value` pairs of one result line.
+fn fields(line: &str) -> BTreeMap<String, u64> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
+/// About 8 minutes with its boot: a script's run (`scripts/lab-leaks`), not in `scripts/test`.
+#[test]
+#[ignore = "long: scripts/lab-leaks runs it"]
+fn five_hundred_failed_and_successful_bursts_leak_nothing() {
+    let run = support::run("leaks", 2, "leaks.sh", &[std::path::Path::new(BIN)], 1800);
+    eprintln!("---- node1 ----\n{}", run.log("node1"));
+    run.assert_success();
+    let results = run.results("node1");
+    eprintln!("results: {results:#?}");
+    let baseline = fields(&results["baseline"]);
+    let end = fields(&results["end"]);
+    for resource in ["pd", "cq", "qp", "mr", "ctx", "fds", "threads"] {
+        let (before, after) = (baseline.get(resource), end.get(resource));
+        assert!(
+            before.is_some(),
+            "no {resource} in the baseline: {results:?}"
+        );
+        assert_eq!(before, after, "{resource}: baseline vs end: {results:?}");
+    }
+    let (rss_before, rss_after) = (baseline["rss_kib"], end["rss_kib"]);
+    assert!(
+        rss_after <= rss_before + rss_before / 4 + 2048,
+        "RSS grew from {rss_before} KiB to {rss_after} KiB"
+    );
+    let totals = fields(&results["totals"]);
+    assert!(totals["success"] >= 540, "{results:?}");
+    assert!(totals["failure"] >= 500, "{results:?}");
+    // The failures are the RDMA layer's, not setup's: node2 dropped only RoCE packets.
+    let reasons = fields(&results["failure_reasons"]);
+    assert!(
+        reasons["wc_retry_exceeded"] + reasons["timeout"] >= 500,
+        "{results:?}"
+    );
+    let port_down: u64 = results["port_down_seconds"].parse().unwrap();
+    assert!(port_down <= 15, "port_down after {port_down} s");
+    assert_eq!(results["exit"], "0", "SIGTERM ends the exporter cleanly");
+
+    let responder = run.results("node2");
+    eprintln!("responder: {responder:#?}");
+    assert_eq!(
+        fields(&responder["responder_baseline"]),
+        fields(&responder["responder_end"]),
+        "the responder's RDMA resources: {responder:?}"
+    );
+}

@@ -833,16 +833,21 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration_flag)]
     pub series_ttl: Duration,
 
-    /// Series of one path besides its port traffic (a healthy path with a busy deferral:
-    /// success, the paced burst's five gauges, bytes, messages, runs, setup, last success,
-    /// deferred).
-    #[arg(long, value_name = "N", default_value_t = 12)]
+    /// Series of one path besides its port traffic and its derived series (a healthy path with
+    /// a busy deferral: success, the paced burst's bandwidth, min-window, gap and target gauges,
+    /// runs, last success, deferred).
+    #[arg(long, value_name = "N", default_value_t = 8)]
     pub series_per_path: usize,
 
-    /// Series a path's first capacity burst (its `unpaced_every`-th probe) adds: the gauges of
-    /// `kind="capacity"`.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    /// Series a path's first capacity burst (its `unpaced_every`-th probe) adds besides its
+    /// message rate: the bandwidth, min-window, gap and target gauges of `kind="capacity"`.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub capacity_series: usize,
+
+    /// Derived series of one path (message rate, setup time, byte and message totals; one
+    /// more message rate after a capacity burst); the budget sheds them second.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub derived_series: usize,
 
     /// Series of one path's port traffic (the bytes and packets counters of both ends: 8 on a
     /// hardware RoCE port; the other traffic, 4); the budget sheds them first.
@@ -968,6 +973,7 @@ impl SimulateArgs {
                 capacity_per_path: self.capacity_series,
                 unpaced_every: crate::config::DEFAULT_UNPACED_EVERY,
                 detail_per_path: self.port_traffic_series,
+                derived_per_path: self.derived_series,
                 per_node: crate::simulate::SERIES_PER_NODE,
                 per_device: crate::simulate::SERIES_PER_DEVICE,
                 ttl: self.series_ttl,

@@ -418,7 +418,7 @@ pub struct ProbeFamilies {
     path_series: Gauge,
     path_series_budget: Gauge,
     budget_dropped: Counter,
-    traffic_shed: Gauge,
+    shed_level: Gauge,
     ports: PortFamilies,
 }
 
@@ -456,7 +456,7 @@ impl ProbeFamilies {
             path_series: Gauge::default(),
             path_series_budget: Gauge::default(),
             budget_dropped: Counter::default(),
-            traffic_shed: Gauge::default(),
+            shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
         };
         let f = &families;
@@ -611,10 +611,11 @@ impl ProbeFamilies {
             f.budget_dropped.clone()
         );
         add!(
-            "series_budget_traffic_shed",
-            "1 while the series budget keeps the per-path port traffic increases (bytes, \
-             packets) off /metrics",
-            f.traffic_shed.clone()
+            "series_budget_shed_level",
+            "What the series budget keeps off /metrics for every path: 0 nothing, 1 the port \
+             traffic (bytes and packets counters, other traffic), 2 also the derived series \
+             (message rates, setup time, byte and message totals)",
+            f.shed_level.clone()
         );
         families
     }
@@ -746,7 +747,7 @@ impl ProbeRecorder {
             ProbeEvent::SeriesBudget { limit, ttl } => {
                 self.budget.reset(limit, ttl);
                 self.warned = false;
-                self.families.traffic_shed.set(0);
+                self.families.shed_level.set(0);
                 self.families
                     .path_series_budget
                     .set(i64::try_from(limit).unwrap_or(i64::MAX));
@@ -828,14 +829,15 @@ impl ProbeRecorder {
         let series = self.series.get(path)?;
         let f = &self.families;
         let present = |yes: bool| usize::from(yes);
-        let mut base = present(f.success.get(path).is_some())
-            + present(f.setup.get(path).is_some())
-            + present(f.last_success.get(path).is_some())
+        let derived_of_path = present(f.setup.get(path).is_some())
             + present(f.bytes.get(path).is_some())
-            + present(f.messages.get(path).is_some())
+            + present(f.messages.get(path).is_some());
+        let mut base = present(f.success.get(path).is_some())
+            + present(f.last_success.get(path).is_some())
             + series.results.len()
             + series.errors.len()
             + series.deferred.len();
+        let mut derived = derived_of_path;
         for kind in &series.kinds {
             let labels = kind_labels(path, *kind);
             base += [
@@ -843,13 +845,13 @@ impl ProbeRecorder {
                 &f.min_window,
                 &f.gap_max,
                 &f.target,
-                &f.message_rate,
                 &f.qp_min,
                 &f.qp_max,
             ]
             .iter()
             .filter(|family| family.get(&labels).is_some())
             .count();
+            derived += present(f.message_rate.get(&labels).is_some());
         }
         let traffic = series
             .counters
@@ -860,6 +862,7 @@ impl ProbeRecorder {
         Some(PathSeries {
             base,
             detail: traffic + series.other_traffic.len(),
+            derived,
         })
     }
 
@@ -876,6 +879,14 @@ impl ProbeRecorder {
             .unwrap_or(false);
         let dropped_before = self.budget.dropped();
         let admission = self.budget.record(path.clone(), now, preferred, series);
+        if admission.shed_derived {
+            self.shed_derived();
+            tracing::warn!(
+                budget = self.budget.limit(),
+                "series budget reached: the per-path message rates, setup times and byte and \
+                 message totals leave /metrics until the next reload (logged once)"
+            );
+        }
         if admission.shed_detail {
             self.shed_traffic();
             tracing::warn!(
@@ -929,6 +940,21 @@ impl ProbeRecorder {
             .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
     }
 
+    /// Removes the derived series of every path (message rates, setup times, byte and message
+    /// totals), once the budget needs their room.
+    fn shed_derived(&mut self) {
+        let f = &self.families;
+        for (path, series) in &self.series {
+            for kind in &series.kinds {
+                f.message_rate.remove(&kind_labels(path, *kind));
+            }
+            f.setup.remove(path);
+            f.bytes.remove(path);
+            f.messages.remove(path);
+        }
+        f.shed_level.set(2);
+    }
+
     /// Removes the traffic port counters of every path, once the budget needs their room.
     fn shed_traffic(&mut self) {
         let f = &self.families;
@@ -946,7 +972,7 @@ impl ProbeRecorder {
                     .remove(&traffic_labels(path, side, direction));
             }
         }
-        f.traffic_shed.set(1);
+        f.shed_level.set(f.shed_level.get().max(1));
     }
 
     fn on_schedule(&mut self, figures: DeviceScheduleFigures) {
@@ -987,7 +1013,7 @@ impl ProbeRecorder {
         self.on_attempt(path.clone());
         let f = &self.families;
         let series = self.series.entry(path.clone()).or_default();
-        if let Some(setup) = record.setup_seconds {
+        if let Some(setup) = record.setup_seconds.filter(|_| !self.budget.derived_shed()) {
             f.setup.get_or_create(&path).set(setup);
         }
         let figures = match &record.result {
@@ -1064,9 +1090,12 @@ impl ProbeRecorder {
         f.gap_max
             .get_or_create(&labels)
             .set(figures.completion_gap_max_seconds);
-        f.message_rate
-            .get_or_create(&labels)
-            .set(figures.message_rate_per_second);
+        let derived = !self.budget.derived_shed();
+        if derived {
+            f.message_rate
+                .get_or_create(&labels)
+                .set(figures.message_rate_per_second);
+        }
         if let Some(target) = target {
             f.target.get_or_create(&labels).set(target);
         }
@@ -1085,8 +1114,10 @@ impl ProbeRecorder {
                 }
             }
         }
-        f.bytes.get_or_create(path).inc_by(figures.bytes);
-        f.messages.get_or_create(path).inc_by(figures.messages);
+        if derived {
+            f.bytes.get_or_create(path).inc_by(figures.bytes);
+            f.messages.get_or_create(path).inc_by(figures.messages);
+        }
         f.burst_duration.observe(figures.elapsed_seconds);
     }
 
@@ -1479,13 +1510,13 @@ mod tests {
     }
 
     #[test]
-    fn the_series_budget_sheds_traffic_then_evicts_the_oldest_sampled_path() {
+    fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sampled_path() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
         let at = |s: u64| Duration::from_secs(1_700_000_000 + s);
         recorder.apply_at(
             ProbeEvent::SeriesBudget {
-                limit: 40,
+                limit: 33,
                 ttl: Duration::from_secs(600),
             },
             at(0),
@@ -1499,18 +1530,28 @@ mod tests {
             )
         };
         recorder.apply_at(
-            selected(&[("a", true), ("b", true), ("c", false), ("d", false)]),
+            selected(&[
+                ("a", true),
+                ("b", true),
+                ("c", false),
+                ("d", false),
+                ("e", false),
+            ]),
             at(0),
         );
         let peer = |name: &str| vec![("peer".to_owned(), name.to_owned())];
         recorder.apply_at(
             ProbeEvent::Info(InfoLabels {
                 node: vec![("node".into(), "n".into())],
-                peers: ["a", "b", "c", "d", "e"].iter().map(|p| peer(p)).collect(),
+                peers: ["a", "b", "c", "d", "e", "f"]
+                    .iter()
+                    .map(|p| peer(p))
+                    .collect(),
             }),
             at(0),
         );
-        // A healthy path: 11 series of its own, 2 traffic counters.
+        // A healthy path: 7 series of its own (success, 4 paced gauges, runs, last success), 4
+        // derived (message rate, setup, bytes, messages) and 2 of port traffic.
         let healthy = || {
             let mut r = success(1e9);
             r.counters = vec![
@@ -1519,67 +1560,92 @@ mod tests {
             ];
             r
         };
-        for (i, p) in ["a", "b", "c"].iter().enumerate() {
+        let text = |m: &Metrics| m.encode(Format::PrometheusText).unwrap();
+        for (i, p) in ["a", "b"].iter().enumerate() {
             recorder.apply_at(ProbeEvent::completed(path(p), healthy()), at(1 + i as u64));
         }
-        let text = metrics.encode(Format::PrometheusText).unwrap();
-        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(39.0));
-        assert_eq!(sample(&text, "rdma_probe_path_series_budget"), Some(40.0));
+        let t = text(&metrics);
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(26.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(33.0));
         assert!(
-            !text.contains(r#"peer_info{peer="e"}"#),
-            "only selected peers: {text}"
+            !t.contains(r#"peer_info{peer="f"}"#),
+            "only selected peers: {t}"
         );
-        assert!(text.contains(r#"peer_info{peer="d"}"#), "{text}");
+        assert!(t.contains(r#"peer_info{peer="d"}"#), "{t}");
 
-        // d does not fit: the traffic counters go (26 + 6 + 11 = 44), then the oldest sampled
-        // path, c.
-        recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(10));
-        let text = metrics.encode(Format::PrometheusText).unwrap();
-        assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
-        assert!(
-            !text.contains(r#"rdma_probe_success{device="mlx5_0",peer="c""#),
-            "c evicted: {text}"
-        );
-        assert!(
-            text.contains(r#"peer_info{peer="c"}"#),
-            "c is still selected"
-        );
-        assert!(text.contains(r#"rdma_probe_success{device="mlx5_0",peer="d""#));
-        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(33.0));
+        // c does not fit (39): the port traffic goes (22 + 11 = 33).
+        recorder.apply_at(ProbeEvent::completed(path("c"), healthy()), at(3));
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(33.0));
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(1.0));
+        // d does not fit (44): the derived series go (3 × 7 + 7 = 28).
+        recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(4));
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert!(!t.contains("rdma_probe_bytes_total{"), "{t}");
+        assert!(!t.contains("rdma_probe_setup_seconds{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(2.0));
         assert_eq!(
-            sample(&text, "rdma_probe_series_budget_traffic_shed"),
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(0.0)
+        );
+        // e does not fit (35): the oldest sampled path, c, goes; not a or b.
+        recorder.apply_at(ProbeEvent::completed(path("e"), healthy()), at(10));
+        let t = text(&metrics);
+        assert!(
+            !t.contains(r#"rdma_probe_success{device="mlx5_0",peer="c""#),
+            "c evicted: {t}"
+        );
+        assert!(t.contains(r#"peer_info{peer="c"}"#), "c is still selected");
+        assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="a""#));
+        assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="e""#));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
             Some(1.0)
         );
-        assert_eq!(
-            sample(&text, "rdma_probe_series_budget_dropped_paths_total"),
-            Some(1.0)
-        );
-        // Shed until a reload: a new result brings no traffic counter back.
+        // Shed until a reload: a new result brings nothing shed back.
         recorder.apply_at(ProbeEvent::completed(path("a"), healthy()), at(20));
-        let text = metrics.encode(Format::PrometheusText).unwrap();
-        assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
 
-        // The next round selects only a and b: d stays until the TTL after its last probe.
+        // The next round selects only a and b: d and e stay until the TTL after their last
+        // probe.
         recorder.apply_at(selected(&[("a", true), ("b", true)]), at(600));
         recorder.expire(at(600));
-        let text = metrics.encode(Format::PrometheusText).unwrap();
-        assert!(text.contains(r#"peer="d""#), "{text}");
+        let t = text(&metrics);
+        assert!(t.contains(r#"peer="d""#), "{t}");
         recorder.expire(at(611));
-        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let t = text(&metrics);
+        assert!(!t.contains(r#"peer="d""#), "expired, peer_info too: {t}");
+        assert!(!t.contains(r#"peer="e""#), "{t}");
         assert!(
-            !text.contains(r#"peer="d""#),
-            "expired, peer_info too: {text}"
+            t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
+            "{t}"
         );
-        assert!(
-            text.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
-            "{text}"
-        );
-        assert_eq!(sample(&text, "rdma_probe_path_series"), Some(22.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(14.0));
         assert_eq!(
-            sample(&text, "rdma_probe_series_budget_dropped_paths_total"),
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
             Some(1.0),
             "expiry is not a drop"
         );
+        // A reload resets what was shed.
+        recorder.apply_at(
+            ProbeEvent::SeriesBudget {
+                limit: 4500,
+                ttl: Duration::from_secs(600),
+            },
+            at(700),
+        );
+        recorder.apply_at(ProbeEvent::completed(path("a"), healthy()), at(701));
+        let t = text(&metrics);
+        assert!(t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(0.0));
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub struct SeriesModel {
     /// Its port traffic (the bytes and packets counters of both sides, the other traffic): the
     /// detail the budget sheds first.
     pub detail_per_path: usize,
+    /// Its derived series (message rate, setup time, byte and message totals; one more message
+    /// rate once it has had a capacity burst): shed second.
+    pub derived_per_path: usize,
     /// Series of a node that do not depend on its paths or devices.
     pub per_node: usize,
     /// Series per local device (port facts, schedule figures).
@@ -490,6 +493,7 @@ impl<'a> Sim<'a> {
         let series = PathSeries {
             base: m.per_path + if capacity { m.capacity_per_path } else { 0 },
             detail: m.detail_per_path,
+            derived: m.derived_per_path + usize::from(capacity),
         };
         node.budget
             .record(key.id(config.nodes), t, preferred, series);

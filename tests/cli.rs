@@ -847,3 +847,118 @@ fn run_without_the_configured_device_fails_clearly_or_stops_gracefully_on_sigter
         assert!(r.stderr.contains("RDMA"), "{}", r.describe());
     }
 }
+
+/// The value after `label` on the line that starts with it (after indentation), as a duration.
+fn report_duration(report: &str, label: &str) -> Duration {
+    let line = report
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in:\n{report}"));
+    let value = line[label.len()..].trim();
+    // A duration as humantime prints it, up to the first `(`.
+    let value = value.split('(').next().unwrap().trim();
+    humantime::parse_duration(value).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// The three figures of a `min / median / max` line.
+fn report_summary(report: &str, label: &str) -> [f64; 3] {
+    let line = report
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in:\n{report}"));
+    let numbers: Vec<f64> = line[label.len()..]
+        .split('/')
+        .map(|v| {
+            let v = v.split_whitespace().next().unwrap_or("");
+            v.trim_end_matches('%').parse().unwrap()
+        })
+        .collect();
+    [numbers[0], numbers[1], numbers[2]]
+}
+
+#[test]
+fn simulate_a_small_cluster_within_its_bounds() {
+    // 48 nodes in 6 ToRs of 8, 2 rails: every peer of the ToR each round, 10 paths per device to
+    // other ToRs, every ToR pair within 2 rounds and every path within 5 (20 and 50 minutes).
+    let r = run(&[
+        "simulate",
+        "--nodes",
+        "48",
+        "--nodes-per-tor",
+        "8",
+        "--rails",
+        "2",
+        "--max-peers",
+        "8",
+        "--duration",
+        "2h",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.describe());
+    let out = &r.stdout;
+    assert!(
+        out.contains(
+            "cluster: 48 nodes, 2 rails, 6 groups of up to 8 (same group + sample), 2h simulated"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("ToR pair per rail      within 2 rounds = 20m"),
+        "{out}"
+    );
+    assert!(
+        out.contains("every single path      within 5 rounds = 50m"),
+        "{out}"
+    );
+    assert!(
+        out.contains("sampled paths          10 per device and round"),
+        "{out}"
+    );
+    // Measured against the bounds.
+    let same = report_duration(out, "longest gap, same-group path");
+    let bound = report_duration(out, "same-group path        every");
+    assert!(
+        same <= bound + Duration::from_secs(120),
+        "{same:?} > {bound:?}: {out}"
+    );
+    assert!(same <= Duration::from_secs(600), "{out}");
+    let pair = report_duration(out, "longest gap, ToR pair per rail");
+    assert!(pair <= Duration::from_secs(20 * 60 + 60), "{out}");
+    let any = report_duration(out, "longest gap, any path");
+    assert!(any <= Duration::from_secs(50 * 60 + 60), "{out}");
+    // Per node: 7 same-ToR peers and about 10 sampled paths per device.
+    let paths = report_summary(out, "paths in the selection");
+    assert!(paths[0] >= 2.0 * 17.0 && paths[2] <= 2.0 * 30.0, "{out}");
+    let duty = report_summary(out, "duty cycle, whole run");
+    assert!(duty[2] <= 5.0 && duty[0] > 1.0, "{out}");
+    let series = report_summary(out, "series on /metrics");
+    assert!(series[2] <= 4500.0 + 200.0, "{out}");
+    assert!(
+        out.contains("most bursts aimed at one responder device at once: "),
+        "{out}"
+    );
+    assert!(out.contains("busy deferrals"), "{out}");
+    assert!(
+        r.stderr.is_empty() || !r.stderr.contains("error"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn simulate_refuses_settings_that_cannot_run() {
+    assert_usage_error(
+        &["simulate", "--burst", "2m"],
+        &["--burst", "shorter than --interval"],
+    );
+    assert_usage_error(
+        &["simulate", "--round", "10s"],
+        &["--round", "from 1m to 24h"],
+    );
+    assert_usage_error(&["simulate", "--nodes", "1"], &["--nodes"]);
+    assert_usage_error(
+        &["simulate", "--jitter", "80%"],
+        &["--jitter", "out of range"],
+    );
+}

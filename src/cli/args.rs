@@ -833,16 +833,26 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration_flag)]
     pub series_ttl: Duration,
 
-    /// Series of one path besides its traffic port counters (a healthy path with a busy
-    /// deferral: success, five last-burst gauges, bytes, messages, runs, setup, last success,
-    /// deferred).
-    #[arg(long, value_name = "N", default_value_t = 12)]
+    /// Series of one path besides its port traffic and its derived series (a healthy path with
+    /// a busy deferral: success, the paced burst's bandwidth, min-window, gap and target gauges,
+    /// runs, last success, deferred).
+    #[arg(long, value_name = "N", default_value_t = 8)]
     pub series_per_path: usize,
 
-    /// Series of one path's traffic port counters (bytes and packets on both sides: 8 on a
-    /// hardware RoCE port); the budget sheds them first.
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    pub port_counter_series: usize,
+    /// Series a path's first capacity burst (its `unpaced_every`-th probe) adds besides its
+    /// message rate: the bandwidth, min-window, gap and target gauges of `kind="capacity"`.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub capacity_series: usize,
+
+    /// Derived series of one path (message rate, setup time, byte and message totals; one
+    /// more message rate after a capacity burst); the budget sheds them second.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub derived_series: usize,
+
+    /// Series of one path's port traffic (the bytes and packets counters of both ends: 8 on a
+    /// hardware RoCE port; the other traffic, 4); the budget sheds them first.
+    #[arg(long, value_name = "N", default_value_t = 12)]
+    pub port_traffic_series: usize,
 
     /// Track every path's gaps (default: when the cluster has at most 20 million paths).
     #[arg(long, value_name = "BOOL")]
@@ -960,7 +970,10 @@ impl SimulateArgs {
             },
             series: crate::simulate::SeriesModel {
                 per_path: self.series_per_path,
-                detail_per_path: self.port_counter_series,
+                capacity_per_path: self.capacity_series,
+                unpaced_every: crate::config::DEFAULT_UNPACED_EVERY,
+                detail_per_path: self.port_traffic_series,
+                derived_per_path: self.derived_series,
                 per_node: crate::simulate::SERIES_PER_NODE,
                 per_device: crate::simulate::SERIES_PER_DEVICE,
                 ttl: self.series_ttl,

@@ -56,6 +56,7 @@ pub(crate) struct RawConfig {
     pub discovery: Option<Spanned<RawDiscovery>>,
     pub selection: Option<Spanned<RawSelection>>,
     pub schedule: Option<Spanned<RawSchedule>>,
+    pub series: Option<Spanned<RawSeries>>,
     pub limits: Option<Spanned<RawLimits>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
@@ -269,6 +270,13 @@ pub(crate) struct RawDiscovery {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSchedule {
     pub duty_cycle: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSeries {
+    pub budget: Option<Scalar>,
+    pub ttl: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -75,6 +75,7 @@ pub struct Config {
     pub(super) discovery: Option<Discovery>,
     pub(super) selection: Selection,
     pub(super) schedule: Schedule,
+    pub(super) series: Series,
     pub(super) limits: Limits,
 }
 
@@ -148,11 +149,41 @@ impl Config {
         &self.schedule
     }
 
+    /// The series budget (docs/metrics.md, "Series budget").
+    pub fn series(&self) -> &Series {
+        &self.series
+    }
+
     /// How many sessions this node serves and how much memory its sessions pin.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
 }
+
+/// How many per-path series this node keeps on `/metrics`, and for how long a path out of the
+/// selection stays there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Series {
+    /// Most per-path series on `/metrics`.
+    pub budget: usize,
+    /// A path out of the selection leaves `/metrics` this long after its last probe.
+    pub ttl: Duration,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series {
+            budget: crate::metrics::budget::DEFAULT_SERIES_BUDGET,
+            ttl: crate::metrics::budget::DEFAULT_SERIES_TTL,
+        }
+    }
+}
+
+/// Largest series budget accepted.
+pub const MAX_SERIES_BUDGET: u64 = 10_000_000;
+/// Shortest and longest series TTL accepted.
+pub const MIN_SERIES_TTL: Duration = Duration::from_secs(60);
+pub const MAX_SERIES_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Where the exporter listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -80,6 +80,12 @@ impl Config {
         )?;
         writeln!(
             out,
+            "series: budget {} per-path series, ttl {}",
+            self.series.budget,
+            duration(self.series.ttl)
+        )?;
+        writeln!(
+            out,
             "limits: serves at most {} sessions pinning {} together; {} per session",
             self.limits.max_sessions,
             ByteSize(self.limits.max_pinned_bytes),

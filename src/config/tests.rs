@@ -85,7 +85,7 @@ fn shipped_example_parses() {
             selection.sample,
             selection.max_peers
         ),
-        ("tor", 12, 32)
+        ("tor", 10, 32)
     );
     assert_eq!(selection.round, Duration::from_secs(600));
 }
@@ -368,7 +368,7 @@ discovery: {files: [/etc/peers/*.yaml]}
     let s = c.selection();
     assert_eq!(
         (s.group_by.as_str(), s.max_peers, s.sample),
-        ("rack", 8, 12)
+        ("rack", 8, 10)
     );
     assert_eq!(s.round, Duration::from_secs(1800));
     let d = c.discovery().unwrap();

@@ -89,6 +89,9 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("a mapping {group_by: LABEL, max_peers: N, sample: N, round: DURATION}")
         }
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
+        ("", "series") => s("a mapping {budget: N, ttl: DURATION}"),
+        ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4500"),
+        ("series", "ttl") => s("a duration from 1m to 7d, e.g. 10m"),
         ("", "limits") => s(
             "a mapping {max_sessions: N, max_pinned: SIZE, max_session_memory: SIZE}",
         ),
@@ -108,7 +111,7 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         }
         ("selection", "group_by") => s("a label name, e.g. tor"),
         ("selection", "sample") => {
-            s("a whole number of other-group peers per device and round, from 0 to 100000, e.g. 12")
+            s("a whole number of other-group peers per device and round, from 0 to 100000, e.g. 10")
         }
         ("selection", "max_peers") => s("a whole number of peers from 1 to 100000, e.g. 32"),
         ("selection", "round") => s("a duration from 1m to 24h, e.g. 10m"),
@@ -448,6 +451,7 @@ impl Ctx<'_> {
             None => Selection::default(),
         };
         let schedule = self.schedule(raw.schedule.as_ref())?;
+        let series = self.series(raw.series.as_ref())?;
         let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
@@ -462,6 +466,7 @@ impl Ctx<'_> {
             discovery,
             selection,
             schedule,
+            series,
             limits,
         })
     }
@@ -1032,6 +1037,28 @@ impl Ctx<'_> {
             })?;
         }
         Ok(schedule)
+    }
+
+    fn series(&self, raw: Option<&Spanned<super::file::RawSeries>>) -> Result<Series, ConfigError> {
+        let mut series = Series::default();
+        let Some(raw) = raw else {
+            return Ok(series);
+        };
+        if let Some(b) = &raw.value.budget {
+            series.budget = self.number(b, "series.budget", 1, MAX_SERIES_BUDGET)?;
+        }
+        if let Some(t) = &raw.value.ttl {
+            let ttl = self.duration(t, "series.ttl")?;
+            if !(MIN_SERIES_TTL..=MAX_SERIES_TTL).contains(&ttl) {
+                return Err(self.invalid(
+                    self.pos(t),
+                    "series.ttl",
+                    format!("{} is out of range", humantime::format_duration(ttl)),
+                ));
+            }
+            series.ttl = ttl;
+        }
+        Ok(series)
     }
 
     fn limits(&self, raw: Option<&Spanned<super::file::RawLimits>>) -> Result<Limits, ConfigError> {

@@ -23,10 +23,13 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// What the service asks of a device worker.
 #[derive(Debug)]
 pub enum DeviceCommand {
-    /// Probe this path once with this burst.
+    /// Probe this path once with this burst; keep its session open for the next probe, or
+    /// close it at once (when the responder would close it, idle, before the next probe
+    /// anyway: its slot and pinned memory are free for another prober meanwhile).
     Probe {
         spec: Box<PathSpec>,
         request: BurstRequest,
+        keep_warm: bool,
     },
     /// After a reload: the device's paths are now these; close the sessions of the others and
     /// of those whose shape changed.
@@ -86,7 +89,11 @@ impl DeviceWorker {
                 },
             };
             match command {
-                DeviceCommand::Probe { spec, request } => {
+                DeviceCommand::Probe {
+                    spec,
+                    request,
+                    keep_warm,
+                } => {
                     let key = spec.key.clone();
                     tracing::debug!(path = %key, paced = request.rate_limit.is_some(), "probe started");
                     let outcome = tokio::select! {
@@ -97,6 +104,11 @@ impl DeviceWorker {
                         }
                         outcome = self.probe(*spec, &request) => outcome,
                     };
+                    if !keep_warm {
+                        if let Some((_, warm)) = self.sessions.remove(&key) {
+                            warm.close().await;
+                        }
+                    }
                     let done = ProbeFinished {
                         key,
                         outcome,

@@ -58,7 +58,9 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Connections authenticating at once (the `responder` command's default); the session and
 /// memory limits are the config's `limits`.
 const MAX_HANDSHAKES: usize = 8;
-const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the responder keeps an idle session; the probers close theirs after a burst when
+/// their next probe comes later than this.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Why the exporter could not start.
 #[derive(Debug, Error)]

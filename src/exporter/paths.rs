@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::burst::BurstLength;
-use crate::config::{Config, Device, HostPort, Limits, Peer, PeerMode, ProbeConfig};
+use crate::config::{Config, Device, HostPort, Labels, Limits, Peer, PeerMode, ProbeConfig};
 use crate::control::AuthMode;
 use crate::prober::{BurstRequest, ProbeSettings};
 use crate::schedule::{
@@ -86,11 +86,24 @@ pub fn selector(config: &Config, devices: &[Device]) -> Selector {
         .collect();
     Selector::new(
         config.node(),
-        config.labels(),
+        &own_labels(config),
         &local,
         &candidates(config),
         &config.selection().to_selection_config(),
     )
+}
+
+/// The node's labels for the selection: its own entry in `peers` (the list every node shares,
+/// so one file carries every node's ToR), overridden by `labels`.
+fn own_labels(config: &Config) -> Labels {
+    let mut labels: Labels = config
+        .peers()
+        .iter()
+        .find(|p| p.name() == config.node())
+        .map(|p| p.labels().clone())
+        .unwrap_or_default();
+    labels.extend(config.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels
 }
 
 /// The specs of the `selected` paths (each local device asks the peer for its device on the
@@ -286,7 +299,7 @@ peers:
     #[test]
     fn a_large_config_probes_its_tor_and_a_sample_of_the_others() {
         let mut text = String::from(
-            "node: ${NODE_NAME}\nlabels: {tor: t1}\nauth: none\n\
+            "node: ${NODE_NAME}\nauth: none\n\
              devices: [{name: mlx5_0, port: 1, rail: 0}, {name: mlx5_1, port: 1, rail: 1}]\n\
              selection: {max_peers: 8, sample: 2}\npeers:\n",
         );
@@ -317,7 +330,8 @@ peers:
             .values()
             .filter(|s| s.role == Role::SameGroup)
             .collect();
-        // node0..node5 share t1 with node1 itself: 5 peers on each of 2 devices.
+        // node0..node5 share t1 with node1 itself (its own entry in `peers` says so): 5 peers
+        // on each of 2 devices.
         assert_eq!(same.len(), 10);
         let sampled: Vec<&PathSpec> = specs.values().filter(|s| s.role == Role::Sampled).collect();
         assert!(!sampled.is_empty());

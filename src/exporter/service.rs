@@ -202,11 +202,18 @@ impl Service {
             Attempt::BusyRetry(_) => self.regular_probes.get(&dispatch.key).copied().unwrap_or(1),
         };
         let request = spec.burst_request(n);
+        // A session idle longer than the responder keeps it would be closed there before the
+        // next probe: close it now and free the responder's slot (docs/scale.md, "Sessions").
+        let keep_warm = self
+            .scheduler
+            .path_status(&dispatch.key)
+            .is_some_and(|s| s.effective_interval < super::IDLE_TIMEOUT);
         let sent = match self.workers.get(&dispatch.key.device) {
             Some(worker) => worker
                 .send(DeviceCommand::Probe {
                     spec: Box::new(spec),
                     request,
+                    keep_warm,
                 })
                 .await
                 .is_ok(),
@@ -257,9 +264,10 @@ impl Service {
         if known == Some(peer_device) {
             return;
         }
+        let old = self.labels(key);
         self.peer_devices
             .insert(key.clone(), peer_device.to_owned());
-        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+        self.emit(ProbeEvent::ForgetPath(old)).await;
     }
 
     fn log_transition(&mut self, key: &PathKey, outcome: &crate::prober::ProbeOutcome) {
@@ -324,6 +332,21 @@ impl Service {
             self.selector = old_selector;
             return Err(e);
         }
+        // Paths to peers no longer in the config lose their series now; the others keep them
+        // (until they have not been probed for the series TTL, when out of the selection).
+        let peers: BTreeSet<String> = self
+            .config
+            .active_peers()
+            .map(|p| p.name().to_owned())
+            .collect();
+        self.peer_devices.retain(|k, _| peers.contains(&k.peer));
+        self.emit(ProbeEvent::RetainPeers(peers)).await;
+        let series = self.config.series();
+        self.emit(ProbeEvent::SeriesBudget {
+            limit: series.budget,
+            ttl: series.ttl,
+        })
+        .await;
         self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
         Ok(())
     }
@@ -333,13 +356,25 @@ impl Service {
     async fn select_paths(&mut self) -> Result<(), String> {
         let round = self.selector.round_at(unix_time(SystemTime::now()));
         let mut selected = self.selector.fixed_paths(round);
-        let mut rotation = self.rotation.clone();
+        let mut rotation = if self.selector.is_full_mesh() {
+            // Every path is selected: nothing waits.
+            Rotation::new()
+        } else {
+            self.rotation.clone()
+        };
         let wanted = self.selector.sampled_paths(round);
         rotation.advance(round, wanted.into_iter().map(|s| s.key).collect());
-        selected.extend(rotation.sampled().map(|key| Selected {
-            key: key.clone(),
-            role: Role::Sampled,
-        }));
+        // A path still waiting from before a reload may now be one of the node's group.
+        let fixed: BTreeSet<PathKey> = selected.iter().map(|s| s.key.clone()).collect();
+        selected.extend(
+            rotation
+                .sampled()
+                .filter(|k| !fixed.contains(*k))
+                .map(|key| Selected {
+                    key: key.clone(),
+                    role: Role::Sampled,
+                }),
+        );
         let specs = path_specs(
             &self.config,
             &self.devices,
@@ -376,7 +411,6 @@ impl Service {
         self.specs = specs;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
-        self.peer_devices.retain(|k, _| self.specs.contains_key(k));
         self.failing.retain(|k| self.specs.contains_key(k));
         for (device, worker) in &self.workers {
             let mine = self
@@ -387,7 +421,17 @@ impl Service {
                 .collect();
             let _ = worker.send(DeviceCommand::Retain(mine)).await;
         }
-        self.emit(ProbeEvent::RetainPaths(self.all_labels())).await;
+        let selection = self
+            .specs
+            .values()
+            .map(|s| {
+                (
+                    (s.key.device.clone(), s.key.peer.clone()),
+                    s.role.is_preferred(),
+                )
+            })
+            .collect();
+        self.emit(ProbeEvent::Selection(selection)).await;
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;
@@ -438,10 +482,6 @@ impl Service {
                 .cloned()
                 .unwrap_or_else(|| UNKNOWN_PEER_DEVICE.to_owned()),
         }
-    }
-
-    fn all_labels(&self) -> BTreeSet<PathLabels> {
-        self.specs.keys().map(|k| self.labels(k)).collect()
     }
 
     async fn emit_schedule(&self, device: &str, now: Duration) {

@@ -11,7 +11,9 @@
 //!   kinds, bytes and packets, which repeat what `rdma_probe_bytes_total` says with the port's
 //!   other traffic added);
 //! - when a probe would take the total above the limit, first the **detail of every path** goes
-//!   (once, until the budget is reset: a reload), then **whole paths**, the lowest first: sampled
+//!   (once, until the budget is reset: a reload), then the **derived** series of every path (its
+//!   message rates, setup time and byte and message totals: what the others imply, or only
+//!   diagnose), then **whole paths**, the lowest first: sampled
 //!   (other-group) paths before preferred (same-group or full-mesh) ones, and within each the
 //!   one probed longest ago. A path never makes room by evicting one that ranks above it; a
 //!   probe that cannot fit is not exported (the probe itself ran and counts in the schedule).
@@ -37,10 +39,13 @@ pub const DEFAULT_SERIES_TTL: Duration = Duration::from_secs(600);
 /// The series of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PathSeries {
-    /// Everything but the detail.
+    /// Everything but the detail and the derived series.
     pub base: usize,
     /// The port-counter increases of the traffic kinds (shed first).
     pub detail: usize,
+    /// Series the others imply or that only diagnose (shed second): message rates, setup time,
+    /// byte and message totals.
+    pub derived: usize,
 }
 
 /// What a probe's result may do (see the module docs).
@@ -52,6 +57,8 @@ pub struct Admission<K> {
     pub evicted: Vec<K>,
     /// The detail of every path went, now (and stays off until [`SeriesBudget::reset`]).
     pub shed_detail: bool,
+    /// The derived series of every path went, now (likewise).
+    pub shed_derived: bool,
 }
 
 /// FNV-1a: the keys are the node's own paths (labels from its config, or numbers), not input
@@ -107,7 +114,9 @@ pub struct SeriesBudget<K> {
     preferred: BTreeSet<(Duration, K)>,
     base: usize,
     detail: usize,
-    detail_shed: bool,
+    derived: usize,
+    /// What has been shed: 0 nothing, 1 the detail, 2 the detail and the derived series.
+    shed: u8,
     dropped: u64,
 }
 
@@ -121,7 +130,8 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             preferred: BTreeSet::new(),
             base: 0,
             detail: 0,
-            detail_shed: false,
+            derived: 0,
+            shed: 0,
             dropped: 0,
         }
     }
@@ -131,7 +141,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
     pub fn reset(&mut self, limit: usize, ttl: Duration) {
         self.limit = limit;
         self.ttl = ttl;
-        self.detail_shed = false;
+        self.shed = 0;
     }
 
     pub fn limit(&self) -> usize {
@@ -140,7 +150,9 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
 
     /// Series of the paths on `/metrics` now.
     pub fn series(&self) -> usize {
-        self.base + if self.detail_shed { 0 } else { self.detail }
+        self.base
+            + if self.shed < 1 { self.detail } else { 0 }
+            + if self.shed < 2 { self.derived } else { 0 }
     }
 
     /// Paths on `/metrics` now.
@@ -155,7 +167,12 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
 
     /// The detail series are off (the budget was reached since the last reset).
     pub fn detail_shed(&self) -> bool {
-        self.detail_shed
+        self.shed >= 1
+    }
+
+    /// The derived series are off too.
+    pub fn derived_shed(&self) -> bool {
+        self.shed >= 2
     }
 
     /// Paths taken off or kept off `/metrics` for lack of room, since the start.
@@ -185,6 +202,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             admitted: true,
             evicted: Vec::new(),
             shed_detail: false,
+            shed_derived: false,
         };
         // The common case: a path on /metrics probed again, its series unchanged.
         if let Some(entry) = self.paths.get_mut(&key) {
@@ -202,9 +220,12 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             }
         }
         self.take(&key);
-        if self.series() + self.size(&series) > self.limit && !self.detail_shed {
-            self.detail_shed = true;
-            admission.shed_detail = true;
+        while self.series() + self.size(&series) > self.limit && self.shed < 2 {
+            self.shed += 1;
+            match self.shed {
+                1 => admission.shed_detail = true,
+                _ => admission.shed_derived = true,
+            }
         }
         let needed = self.size(&series);
         let room = self.limit.saturating_sub(self.series());
@@ -277,9 +298,11 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         self.take(key);
     }
 
-    /// What a path's series count for now (its detail only while the detail is on).
+    /// What a path's series count for now (what is shed does not).
     fn size(&self, series: &PathSeries) -> usize {
-        series.base + if self.detail_shed { 0 } else { series.detail }
+        series.base
+            + if self.shed < 1 { series.detail } else { 0 }
+            + if self.shed < 2 { series.derived } else { 0 }
     }
 
     fn take(&mut self, key: &K) -> Option<Entry> {
@@ -292,12 +315,14 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         order.remove(&(entry.last, key.clone()));
         self.base -= entry.series.base;
         self.detail -= entry.series.detail;
+        self.derived -= entry.series.derived;
         Some(entry)
     }
 
     fn put(&mut self, key: K, entry: Entry) {
         self.base += entry.series.base;
         self.detail += entry.series.detail;
+        self.derived += entry.series.derived;
         let order = if entry.preferred {
             &mut self.preferred
         } else {

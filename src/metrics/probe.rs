@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +20,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use super::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL};
 use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
@@ -314,8 +316,17 @@ pub enum ProbeEvent {
     Attempt(PathLabels),
     /// A probe of this path ended (boxed: the record is large next to the other events).
     Completed(PathLabels, Box<ProbeRecord>),
-    /// After a (re)load: only these paths exist; every series of any other path goes.
-    RetainPaths(BTreeSet<PathLabels>),
+    /// After a (re)load: only these peers are candidates; every series of a path to any other
+    /// peer goes.
+    RetainPeers(BTreeSet<String>),
+    /// The path's series go (its peer answered with another device: they move to new labels).
+    ForgetPath(PathLabels),
+    /// This round's selection: (device, peer) of each selected path, and whether the series
+    /// budget prefers it (a same-group or full-mesh path). A path out of the selection leaves
+    /// `/metrics` once it has not been probed for the TTL.
+    Selection(BTreeMap<(String, String), bool>),
+    /// The series budget's limits (docs/metrics.md, "Series budget").
+    SeriesBudget { limit: usize, ttl: Duration },
     /// A config (re)load: whether it succeeded, and when.
     ConfigLoaded { ok: bool, at_unix_seconds: f64 },
     /// A probe of this path was held back (not a failure, not a run).
@@ -404,6 +415,10 @@ pub struct ProbeFamilies {
     duty_cycle_budget: FloatGauge,
     demand: Family<DeviceLabels, FloatGauge>,
     stretch: Family<DeviceLabels, FloatGauge>,
+    path_series: Gauge,
+    path_series_budget: Gauge,
+    budget_dropped: Counter,
+    shed_level: Gauge,
     ports: PortFamilies,
 }
 
@@ -438,6 +453,10 @@ impl ProbeFamilies {
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
             stretch: Family::default(),
+            path_series: Gauge::default(),
+            path_series_budget: Gauge::default(),
+            budget_dropped: Counter::default(),
+            shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
         };
         let f = &families;
@@ -576,6 +595,28 @@ impl ProbeFamilies {
             "1 when the device's paths fit its budget, else how much longer every interval is",
             f.stretch.clone()
         );
+        add!(
+            "path_series",
+            "Per-path series on /metrics now: what the series budget counts",
+            f.path_series.clone()
+        );
+        add!(
+            "path_series_budget",
+            "Most per-path series this node keeps on /metrics",
+            f.path_series_budget.clone()
+        );
+        add!(
+            "series_budget_dropped_paths",
+            "Paths taken off /metrics, or kept off it, because the series budget was full",
+            f.budget_dropped.clone()
+        );
+        add!(
+            "series_budget_shed_level",
+            "What the series budget keeps off /metrics for every path: 0 nothing, 1 the port \
+             traffic (bytes and packets counters, other traffic), 2 also the derived series \
+             (message rates, setup time, byte and message totals)",
+            f.shed_level.clone()
+        );
         families
     }
 }
@@ -592,6 +633,28 @@ struct SeriesOfPath {
     kinds: BTreeSet<BurstKind>,
 }
 
+/// A port counter of the traffic kinds (bytes, packets): with the other traffic, what the series
+/// budget sheds first.
+fn is_traffic(label: &str) -> bool {
+    use crate::port::CounterKind as K;
+    crate::port::by_label(label).is_some_and(|spec| {
+        matches!(
+            spec.kind,
+            K::XmitBytes | K::RcvBytes | K::XmitPackets | K::RcvPackets
+        )
+    })
+}
+
+/// Now, as the series budget counts time.
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// How often the recorder takes stale paths off `/metrics`.
+const EXPIRE_EVERY: Duration = Duration::from_secs(30);
+
 /// The owner of the probe families: applies events, one at a time.
 #[derive(Debug)]
 pub struct ProbeRecorder {
@@ -599,15 +662,32 @@ pub struct ProbeRecorder {
     series: BTreeMap<PathLabels, SeriesOfPath>,
     port_series: PortSeries,
     snapshot: PathSnapshot,
+    budget: SeriesBudget<PathLabels>,
+    /// The selection: (device, peer) → preferred by the budget.
+    selection: BTreeMap<(String, String), bool>,
+    /// Every candidate peer's static labels; `peer_info` shows those of the peers selected or
+    /// with a path on `/metrics`.
+    peer_labels: BTreeMap<String, Vec<(String, String)>>,
+    shown_peers: BTreeSet<String>,
+    /// The budget's first drop since its last reset has been logged.
+    warned: bool,
 }
 
 impl ProbeRecorder {
     pub fn new(families: ProbeFamilies) -> Self {
+        families
+            .path_series_budget
+            .set(i64::try_from(DEFAULT_SERIES_BUDGET).unwrap_or(i64::MAX));
         ProbeRecorder {
             families,
             series: BTreeMap::new(),
             port_series: PortSeries::default(),
             snapshot: PathSnapshot::default(),
+            budget: SeriesBudget::new(DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL),
+            selection: BTreeMap::new(),
+            peer_labels: BTreeMap::new(),
+            shown_peers: BTreeSet::new(),
+            warned: false,
         }
     }
 
@@ -616,18 +696,62 @@ impl ProbeRecorder {
         Arc::clone(&self.snapshot)
     }
 
-    /// Applies events until every sender is gone.
+    /// Applies events until every sender is gone; takes stale paths off `/metrics` meanwhile.
     pub async fn run(mut self, mut events: tokio::sync::mpsc::Receiver<ProbeEvent>) {
-        while let Some(event) = events.recv().await {
-            self.apply(event);
+        let mut expiry = tokio::time::interval(EXPIRE_EVERY);
+        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => self.apply(event),
+                    None => return,
+                },
+                _ = expiry.tick() => self.expire(unix_now()),
+            }
         }
     }
 
     pub fn apply(&mut self, event: ProbeEvent) {
+        self.apply_at(event, unix_now());
+    }
+
+    /// Applies `event` at `now` (unix time; the series budget's clock).
+    pub fn apply_at(&mut self, event: ProbeEvent, now: Duration) {
         match event {
             ProbeEvent::Attempt(path) => self.on_attempt(path),
-            ProbeEvent::Completed(path, record) => self.on_completed(path, *record),
-            ProbeEvent::RetainPaths(keep) => self.retain(&keep),
+            ProbeEvent::Completed(path, record) => {
+                self.on_completed(path.clone(), *record);
+                self.account(&path, now);
+            }
+            ProbeEvent::RetainPeers(peers) => {
+                let gone: Vec<PathLabels> = self
+                    .series
+                    .keys()
+                    .filter(|p| !peers.contains(&p.peer))
+                    .cloned()
+                    .collect();
+                for path in gone {
+                    self.remove_path(&path);
+                }
+                self.peer_labels.retain(|p, _| peers.contains(p));
+                self.refresh_peer_info();
+            }
+            ProbeEvent::ForgetPath(path) => {
+                self.remove_path(&path);
+                self.refresh_peer_info();
+            }
+            ProbeEvent::Selection(selection) => {
+                self.selection = selection;
+                self.refresh_peer_info();
+            }
+            ProbeEvent::SeriesBudget { limit, ttl } => {
+                self.budget.reset(limit, ttl);
+                self.warned = false;
+                self.families.shed_level.set(0);
+                self.families
+                    .path_series_budget
+                    .set(i64::try_from(limit).unwrap_or(i64::MAX));
+            }
             ProbeEvent::ConfigLoaded {
                 ok,
                 at_unix_seconds,
@@ -637,7 +761,10 @@ impl ProbeRecorder {
                     self.families.last_reload.set(at_unix_seconds);
                 }
             }
-            ProbeEvent::Deferred(path, reason) => self.on_deferred(path, reason),
+            ProbeEvent::Deferred(path, reason) => {
+                self.on_deferred(path.clone(), reason);
+                self.account(&path, now);
+            }
             ProbeEvent::Info(info) => self.on_info(info),
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
@@ -659,9 +786,193 @@ impl ProbeRecorder {
         f.node_info.clear();
         f.node_info.get_or_create(&info.node).set(1);
         f.peer_info.clear();
-        for peer in &info.peers {
-            f.peer_info.get_or_create(peer).set(1);
+        self.shown_peers.clear();
+        self.peer_labels = info
+            .peers
+            .into_iter()
+            .filter_map(|labels| {
+                let name = labels.iter().find(|(k, _)| k == "peer")?.1.clone();
+                Some((name, labels))
+            })
+            .collect();
+        self.refresh_peer_info();
+    }
+
+    /// `peer_info` for the peers selected or with a path on `/metrics`, no other: a cluster's
+    /// candidate list is every node, and one series per node on every node would be the
+    /// cluster's size squared.
+    fn refresh_peer_info(&mut self) {
+        let wanted: BTreeSet<&String> = self
+            .selection
+            .keys()
+            .map(|(_, peer)| peer)
+            .chain(self.series.keys().map(|p| &p.peer))
+            .filter(|p| self.peer_labels.contains_key(*p))
+            .collect();
+        let f = &self.families;
+        for gone in self.shown_peers.iter().filter(|p| !wanted.contains(p)) {
+            if let Some(labels) = self.peer_labels.get(gone) {
+                f.peer_info.remove(labels);
+            }
         }
+        for peer in wanted.iter().filter(|p| !self.shown_peers.contains(**p)) {
+            if let Some(labels) = self.peer_labels.get(*peer) {
+                f.peer_info.get_or_create(labels).set(1);
+            }
+        }
+        self.shown_peers = wanted.into_iter().cloned().collect();
+    }
+
+    /// How many series `path` has, split as the series budget counts them: the detail is its
+    /// port traffic (the bytes and packets counters, and the other traffic).
+    fn count(&self, path: &PathLabels) -> Option<PathSeries> {
+        let series = self.series.get(path)?;
+        let f = &self.families;
+        let present = |yes: bool| usize::from(yes);
+        let derived_of_path = present(f.setup.get(path).is_some())
+            + present(f.bytes.get(path).is_some())
+            + present(f.messages.get(path).is_some());
+        let mut base = present(f.success.get(path).is_some())
+            + present(f.last_success.get(path).is_some())
+            + series.results.len()
+            + series.errors.len()
+            + series.deferred.len();
+        let mut derived = derived_of_path;
+        for kind in &series.kinds {
+            let labels = kind_labels(path, *kind);
+            base += [
+                &f.bandwidth,
+                &f.min_window,
+                &f.gap_max,
+                &f.target,
+                &f.qp_min,
+                &f.qp_max,
+            ]
+            .iter()
+            .filter(|family| family.get(&labels).is_some())
+            .count();
+            derived += present(f.message_rate.get(&labels).is_some());
+        }
+        let traffic = series
+            .counters
+            .iter()
+            .filter(|(_, c)| is_traffic(c))
+            .count();
+        base += series.counters.len() - traffic;
+        Some(PathSeries {
+            base,
+            detail: traffic + series.other_traffic.len(),
+            derived,
+        })
+    }
+
+    /// The series budget's verdict on `path` after a result: make room, shed the port traffic,
+    /// or keep the path off (docs/metrics.md, "Series budget").
+    fn account(&mut self, path: &PathLabels, now: Duration) {
+        let Some(series) = self.count(path) else {
+            return;
+        };
+        let preferred = self
+            .selection
+            .get(&(path.device.clone(), path.peer.clone()))
+            .copied()
+            .unwrap_or(false);
+        let dropped_before = self.budget.dropped();
+        let admission = self.budget.record(path.clone(), now, preferred, series);
+        if admission.shed_derived {
+            self.shed_derived();
+            tracing::warn!(
+                budget = self.budget.limit(),
+                "series budget reached: the per-path message rates, setup times and byte and \
+                 message totals leave /metrics until the next reload (logged once)"
+            );
+        }
+        if admission.shed_detail {
+            self.shed_traffic();
+            tracing::warn!(
+                budget = self.budget.limit(),
+                "series budget reached: the per-path port traffic increases (bytes, packets) \
+                 leave /metrics until the next reload (logged once)"
+            );
+        }
+        for evicted in &admission.evicted {
+            self.remove_path(evicted);
+        }
+        if !admission.admitted {
+            self.remove_path(path);
+        }
+        let dropped = self.budget.dropped() - dropped_before;
+        if dropped > 0 {
+            self.families.budget_dropped.inc_by(dropped);
+            if !self.warned {
+                self.warned = true;
+                tracing::warn!(
+                    budget = self.budget.limit(),
+                    path = ?path,
+                    "series budget full: paths leave /metrics, sampled ones probed longest ago \
+                     first (rdma_probe_series_budget_dropped_paths_total; logged once)"
+                );
+            }
+        }
+        if !admission.evicted.is_empty() || !admission.admitted {
+            self.refresh_peer_info();
+        }
+        self.families
+            .path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+    }
+
+    /// Takes off `/metrics` the paths out of the selection not probed for the TTL.
+    pub fn expire(&mut self, now: Duration) {
+        let selection = &self.selection;
+        let stale = self.budget.expire(now, |p| {
+            selection.contains_key(&(p.device.clone(), p.peer.clone()))
+        });
+        if stale.is_empty() {
+            return;
+        }
+        for path in &stale {
+            self.remove_path(path);
+        }
+        self.refresh_peer_info();
+        self.families
+            .path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+    }
+
+    /// Removes the derived series of every path (message rates, setup times, byte and message
+    /// totals), once the budget needs their room.
+    fn shed_derived(&mut self) {
+        let f = &self.families;
+        for (path, series) in &self.series {
+            for kind in &series.kinds {
+                f.message_rate.remove(&kind_labels(path, *kind));
+            }
+            f.setup.remove(path);
+            f.bytes.remove(path);
+            f.messages.remove(path);
+        }
+        f.shed_level.set(2);
+    }
+
+    /// Removes the traffic port counters of every path, once the budget needs their room.
+    fn shed_traffic(&mut self) {
+        let f = &self.families;
+        for (path, series) in &mut self.series {
+            series.counters.retain(|(side, counter)| {
+                if is_traffic(counter) {
+                    f.port_counters.remove(&counter_labels(path, side, counter));
+                    false
+                } else {
+                    true
+                }
+            });
+            for (side, direction) in std::mem::take(&mut series.other_traffic) {
+                f.other_traffic
+                    .remove(&traffic_labels(path, side, direction));
+            }
+        }
+        f.shed_level.set(f.shed_level.get().max(1));
     }
 
     fn on_schedule(&mut self, figures: DeviceScheduleFigures) {
@@ -702,7 +1013,7 @@ impl ProbeRecorder {
         self.on_attempt(path.clone());
         let f = &self.families;
         let series = self.series.entry(path.clone()).or_default();
-        if let Some(setup) = record.setup_seconds {
+        if let Some(setup) = record.setup_seconds.filter(|_| !self.budget.derived_shed()) {
             f.setup.get_or_create(&path).set(setup);
         }
         let figures = match &record.result {
@@ -733,7 +1044,12 @@ impl ProbeRecorder {
                 figures.as_ref()
             }
         };
-        for c in &record.counters {
+        let shed = self.budget.detail_shed();
+        for c in record
+            .counters
+            .iter()
+            .filter(|c| !(shed && is_traffic(c.counter)))
+        {
             let side = c.side.as_str();
             f.port_counters
                 .get_or_create(&counter_labels(&path, side, c.counter))
@@ -741,7 +1057,7 @@ impl ProbeRecorder {
             series.counters.insert((side, c.counter));
         }
         // Created at the first burst that tells it, zero or not: 0 says "measured, none".
-        for t in &record.other_traffic {
+        for t in record.other_traffic.iter().filter(|_| !shed) {
             f.other_traffic
                 .get_or_create(&traffic_labels(&path, t.side, t.direction))
                 .inc_by(t.bytes);
@@ -774,9 +1090,12 @@ impl ProbeRecorder {
         f.gap_max
             .get_or_create(&labels)
             .set(figures.completion_gap_max_seconds);
-        f.message_rate
-            .get_or_create(&labels)
-            .set(figures.message_rate_per_second);
+        let derived = !self.budget.derived_shed();
+        if derived {
+            f.message_rate
+                .get_or_create(&labels)
+                .set(figures.message_rate_per_second);
+        }
         if let Some(target) = target {
             f.target.get_or_create(&labels).set(target);
         }
@@ -795,8 +1114,10 @@ impl ProbeRecorder {
                 }
             }
         }
-        f.bytes.get_or_create(path).inc_by(figures.bytes);
-        f.messages.get_or_create(path).inc_by(figures.messages);
+        if derived {
+            f.bytes.get_or_create(path).inc_by(figures.bytes);
+            f.messages.get_or_create(path).inc_by(figures.messages);
+        }
         f.burst_duration.observe(figures.elapsed_seconds);
     }
 
@@ -822,55 +1143,51 @@ impl ProbeRecorder {
         state.last = Some(record);
     }
 
-    /// Removes every series of every path not in `keep`.
-    fn retain(&mut self, keep: &BTreeSet<PathLabels>) {
-        let gone: Vec<PathLabels> = self
-            .series
-            .keys()
-            .filter(|p| !keep.contains(*p))
-            .cloned()
-            .collect();
+    /// Removes every series of `path` (and its row of the status page).
+    fn remove_path(&mut self, path: &PathLabels) {
+        let Some(series) = self.series.remove(path) else {
+            return;
+        };
+        self.budget.remove(path);
         let f = &self.families;
-        for path in gone {
-            let series = self.series.remove(&path).unwrap_or_default();
-            for kind in &series.kinds {
-                let labels = kind_labels(&path, *kind);
-                for family in [
-                    &f.bandwidth,
-                    &f.min_window,
-                    &f.gap_max,
-                    &f.target,
-                    &f.message_rate,
-                    &f.qp_min,
-                    &f.qp_max,
-                ] {
-                    family.remove(&labels);
-                }
+        for kind in &series.kinds {
+            let labels = kind_labels(path, *kind);
+            for family in [
+                &f.bandwidth,
+                &f.min_window,
+                &f.gap_max,
+                &f.target,
+                &f.message_rate,
+                &f.qp_min,
+                &f.qp_max,
+            ] {
+                family.remove(&labels);
             }
-            f.setup.remove(&path);
-            f.last_success.remove(&path);
-            f.success.remove(&path);
-            f.bytes.remove(&path);
-            f.messages.remove(&path);
-            for result in series.results {
-                f.runs.remove(&result_labels(&path, result));
-            }
-            for reason in series.errors {
-                f.errors.remove(&reason_labels(&path, reason));
-            }
-            for reason in series.deferred {
-                f.deferred.remove(&reason_labels(&path, reason));
-            }
-            for (side, counter) in series.counters {
-                f.port_counters
-                    .remove(&counter_labels(&path, side, counter));
-            }
-            for (side, direction) in series.other_traffic {
-                f.other_traffic
-                    .remove(&traffic_labels(&path, side, direction));
-            }
-            self.table().remove(&path);
         }
+        f.setup.remove(path);
+        f.last_success.remove(path);
+        f.success.remove(path);
+        f.bytes.remove(path);
+        f.messages.remove(path);
+        for result in series.results {
+            f.runs.remove(&result_labels(path, result));
+        }
+        for reason in series.errors {
+            f.errors.remove(&reason_labels(path, reason));
+        }
+        for reason in series.deferred {
+            f.deferred.remove(&reason_labels(path, reason));
+        }
+        for (side, counter) in series.counters {
+            f.port_counters.remove(&counter_labels(path, side, counter));
+        }
+        for (side, direction) in series.other_traffic {
+            f.other_traffic
+                .remove(&traffic_labels(path, side, direction));
+        }
+        self.table().remove(path);
+        f.path_series
+            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
     }
 
     fn table(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<PathLabels, PathState>> {
@@ -1193,6 +1510,145 @@ mod tests {
     }
 
     #[test]
+    fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sampled_path() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let at = |s: u64| Duration::from_secs(1_700_000_000 + s);
+        recorder.apply_at(
+            ProbeEvent::SeriesBudget {
+                limit: 33,
+                ttl: Duration::from_secs(600),
+            },
+            at(0),
+        );
+        let selected = |peers: &[(&str, bool)]| {
+            ProbeEvent::Selection(
+                peers
+                    .iter()
+                    .map(|(p, preferred)| (("mlx5_0".to_owned(), (*p).to_owned()), *preferred))
+                    .collect(),
+            )
+        };
+        recorder.apply_at(
+            selected(&[
+                ("a", true),
+                ("b", true),
+                ("c", false),
+                ("d", false),
+                ("e", false),
+            ]),
+            at(0),
+        );
+        let peer = |name: &str| vec![("peer".to_owned(), name.to_owned())];
+        recorder.apply_at(
+            ProbeEvent::Info(InfoLabels {
+                node: vec![("node".into(), "n".into())],
+                peers: ["a", "b", "c", "d", "e", "f"]
+                    .iter()
+                    .map(|p| peer(p))
+                    .collect(),
+            }),
+            at(0),
+        );
+        // A healthy path: 7 series of its own (success, 4 paced gauges, runs, last success), 4
+        // derived (message rate, setup, bytes, messages) and 2 of port traffic.
+        let healthy = || {
+            let mut r = success(1e9);
+            r.counters = vec![
+                CounterRecord::new(Side::Local, "port_xmit_data", 100).unwrap(),
+                CounterRecord::new(Side::Remote, "port_rcv_data", 100).unwrap(),
+            ];
+            r
+        };
+        let text = |m: &Metrics| m.encode(Format::PrometheusText).unwrap();
+        for (i, p) in ["a", "b"].iter().enumerate() {
+            recorder.apply_at(ProbeEvent::completed(path(p), healthy()), at(1 + i as u64));
+        }
+        let t = text(&metrics);
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(26.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(33.0));
+        assert!(
+            !t.contains(r#"peer_info{peer="f"}"#),
+            "only selected peers: {t}"
+        );
+        assert!(t.contains(r#"peer_info{peer="d"}"#), "{t}");
+
+        // c does not fit (39): the port traffic goes (22 + 11 = 33).
+        recorder.apply_at(ProbeEvent::completed(path("c"), healthy()), at(3));
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(33.0));
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(1.0));
+        // d does not fit (44): the derived series go (3 × 7 + 7 = 28).
+        recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(4));
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert!(!t.contains("rdma_probe_bytes_total{"), "{t}");
+        assert!(!t.contains("rdma_probe_setup_seconds{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(2.0));
+        assert_eq!(
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(0.0)
+        );
+        // e does not fit (35): the oldest sampled path, c, goes; not a or b.
+        recorder.apply_at(ProbeEvent::completed(path("e"), healthy()), at(10));
+        let t = text(&metrics);
+        assert!(
+            !t.contains(r#"rdma_probe_success{device="mlx5_0",peer="c""#),
+            "c evicted: {t}"
+        );
+        assert!(t.contains(r#"peer_info{peer="c"}"#), "c is still selected");
+        assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="a""#));
+        assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="e""#));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(1.0)
+        );
+        // Shed until a reload: a new result brings nothing shed back.
+        recorder.apply_at(ProbeEvent::completed(path("a"), healthy()), at(20));
+        let t = text(&metrics);
+        assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+
+        // The next round selects only a and b: d and e stay until the TTL after their last
+        // probe.
+        recorder.apply_at(selected(&[("a", true), ("b", true)]), at(600));
+        recorder.expire(at(600));
+        let t = text(&metrics);
+        assert!(t.contains(r#"peer="d""#), "{t}");
+        recorder.expire(at(611));
+        let t = text(&metrics);
+        assert!(!t.contains(r#"peer="d""#), "expired, peer_info too: {t}");
+        assert!(!t.contains(r#"peer="e""#), "{t}");
+        assert!(
+            t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
+            "{t}"
+        );
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(14.0));
+        assert_eq!(
+            sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
+            Some(1.0),
+            "expiry is not a drop"
+        );
+        // A reload resets what was shed.
+        recorder.apply_at(
+            ProbeEvent::SeriesBudget {
+                limit: 4500,
+                ttl: Duration::from_secs(600),
+            },
+            at(700),
+        );
+        recorder.apply_at(ProbeEvent::completed(path("a"), healthy()), at(701));
+        let t = text(&metrics);
+        assert!(t.contains("rdma_probe_port_increase_total{"), "{t}");
+        assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
+        assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(0.0));
+    }
+
+    #[test]
     fn capacity_bursts_keep_their_own_gauges_beside_the_paced_ones() {
         let metrics = Metrics::for_exporter();
         let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
@@ -1227,7 +1683,7 @@ mod tests {
             Some(3.0 * 65536.0 * 100.0)
         );
         // A removed path loses the series of both kinds.
-        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("peer=\"node-b\""), "{text}");
     }
@@ -1264,7 +1720,7 @@ mod tests {
             failure(ErrorReason::Timeout),
         ));
         recorder.apply(ProbeEvent::completed(path("node-c"), success(2e9)));
-        recorder.apply(ProbeEvent::RetainPaths([path("node-c")].into()));
+        recorder.apply(ProbeEvent::RetainPeers(["node-c".to_owned()].into()));
         recorder.apply(ProbeEvent::ConfigLoaded {
             ok: true,
             at_unix_seconds: 9.0,
@@ -1325,7 +1781,7 @@ mod tests {
             !text.contains("out_of_seq_request"),
             "a zero creates no series: {text}"
         );
-        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("rdma_probe_port_increase_total{"), "{text}");
     }
@@ -1375,7 +1831,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(sample(&text, &series("remote", "transmit")), None, "{text}");
-        recorder.apply(ProbeEvent::RetainPaths(BTreeSet::new()));
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
         let text = metrics.encode(Format::PrometheusText).unwrap();
         assert!(
             !text.contains("rdma_probe_port_other_traffic_bytes_total{"),

@@ -42,7 +42,7 @@ pub const DEFAULT_GROUP_BY: &str = "tor";
 pub const DEFAULT_MAX_PEERS: usize = 32;
 /// Other-group paths per local device and round, unless configured (raised to the group's share
 /// of the remote groups).
-pub const DEFAULT_SAMPLE: usize = 12;
+pub const DEFAULT_SAMPLE: usize = 10;
 /// How often the sample rotates, unless configured.
 pub const DEFAULT_ROUND: Duration = Duration::from_secs(600);
 /// Share of the duty-cycle budget the selection plans for: the rest absorbs bursts that take

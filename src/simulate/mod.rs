@@ -79,11 +79,19 @@ pub const TRACK_ALL_PATHS_UP_TO: u64 = 20_000_000;
 /// How series are counted (docs/metrics.md; the figures a scrape of a healthy path shows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeriesModel {
-    /// Series of one path on `/metrics` (besides its traffic port counters).
+    /// Series of one path on `/metrics` besides its port traffic, before its first capacity
+    /// burst.
     pub per_path: usize,
-    /// Its port-counter increases of the traffic kinds (bytes and packets, both sides): the
+    /// Series its first capacity burst adds (the `kind="capacity"` gauges).
+    pub capacity_per_path: usize,
+    /// A path's every this-many-th regular probe is a capacity burst (`unpaced_every`).
+    pub unpaced_every: u32,
+    /// Its port traffic (the bytes and packets counters of both sides, the other traffic): the
     /// detail the budget sheds first.
     pub detail_per_path: usize,
+    /// Its derived series (message rate, setup time, byte and message totals; one more message
+    /// rate once it has had a capacity burst): shed second.
+    pub derived_per_path: usize,
     /// Series of a node that do not depend on its paths or devices.
     pub per_node: usize,
     /// Series per local device (port facts, schedule figures).
@@ -474,18 +482,22 @@ impl<'a> Sim<'a> {
         let node = &mut self.nodes[n];
         let same_group = peer / config.nodes_per_group == n / config.nodes_per_group;
         let preferred = same_group || node.selector.is_full_mesh();
+        let mut probes = 0;
+        if outcome.kind != OutcomeKind::Busy {
+            probes = node.stats.record_probe(rail, peer, same_group, t);
+            node.stats.burst_time[rail as usize] += config.burst;
+            self.gaps.record(n, peer, rail, t);
+        }
+        let m = &config.series;
+        let capacity = m.unpaced_every > 0 && probes >= m.unpaced_every;
         let series = PathSeries {
-            base: config.series.per_path,
-            detail: config.series.detail_per_path,
+            base: m.per_path + if capacity { m.capacity_per_path } else { 0 },
+            detail: m.detail_per_path,
+            derived: m.derived_per_path + usize::from(capacity),
         };
         node.budget
             .record(key.id(config.nodes), t, preferred, series);
         Self::expire(node, n, t, config);
-        if outcome.kind != OutcomeKind::Busy {
-            node.stats.record_probe(rail, peer, same_group, t);
-            node.stats.burst_time[rail as usize] += config.burst;
-            self.gaps.record(n, peer, rail, t);
-        }
         node.running[rail as usize] = Some(Running {
             end: t + hold,
             key,

@@ -33,6 +33,8 @@ pub(super) struct NodeStats {
     nodes_per_group: usize,
     /// Last probe of each same-group path, per rail × member (ms; 0 = the start).
     same_last: Vec<u32>,
+    /// Probes of each same-group path so far.
+    same_probes: Vec<u32>,
     same_max_gap: u32,
     series_max: usize,
     paths_max: usize,
@@ -46,6 +48,7 @@ impl NodeStats {
             planned_interval: Duration::ZERO,
             nodes_per_group,
             same_last: vec![0; rails * nodes_per_group],
+            same_probes: vec![0; rails * nodes_per_group],
             same_max_gap: 0,
             series_max: 0,
             paths_max: 0,
@@ -53,15 +56,18 @@ impl NodeStats {
         }
     }
 
-    /// A probe (not a `busy` answer) of `peer` on `rail` started at `t`.
-    pub fn record_probe(&mut self, rail: u16, peer: usize, same_group: bool, t: Duration) {
+    /// A probe (not a `busy` answer) of `peer` on `rail` started at `t`; returns how many
+    /// probes the path has had (same-group paths; other paths count 1).
+    pub fn record_probe(&mut self, rail: u16, peer: usize, same_group: bool, t: Duration) -> u32 {
         if !same_group {
-            return;
+            return 1;
         }
         let slot = usize::from(rail) * self.nodes_per_group + peer % self.nodes_per_group;
         let now = ms(t);
         self.same_max_gap = self.same_max_gap.max(now - self.same_last[slot]);
         self.same_last[slot] = now;
+        self.same_probes[slot] += 1;
+        self.same_probes[slot]
     }
 
     pub fn sample(&mut self, series: usize, paths: usize, duty: f64) {

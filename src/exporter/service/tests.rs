@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::burst::BurstReport;
@@ -32,13 +33,18 @@ peers:
 async fn scripted_worker(
     mut commands: mpsc::Receiver<DeviceCommand>,
     finished: mpsc::Sender<ProbeFinished>,
+    kept_warm: Arc<Mutex<Vec<bool>>>,
 ) {
     // Result times on the paused clock.
     let base = tokio::time::Instant::now();
     while let Some(command) = commands.recv().await {
-        let DeviceCommand::Probe { spec, .. } = command else {
+        let DeviceCommand::Probe {
+            spec, keep_warm, ..
+        } = command
+        else {
             continue;
         };
+        kept_warm.lock().unwrap().push(keep_warm);
         let outcome = if spec.key.peer == "node2" {
             ProbeOutcome {
                 report: Some(report()),
@@ -86,6 +92,8 @@ fn report() -> BurstReport {
 
 struct Harness {
     dir: PathBuf,
+    /// `keep_warm` of every probe the worker was given.
+    kept_warm: Arc<Mutex<Vec<bool>>>,
     events: mpsc::Receiver<ProbeEvent>,
     reloads: mpsc::Sender<ReloadRequest>,
     _stop: oneshot::Sender<()>,
@@ -104,7 +112,12 @@ impl Harness {
         };
         let (commands, commands_rx) = mpsc::channel(16);
         let (finished, finished_rx) = mpsc::channel(16);
-        tokio::spawn(scripted_worker(commands_rx, finished));
+        let kept_warm = Arc::default();
+        tokio::spawn(scripted_worker(
+            commands_rx,
+            finished,
+            Arc::clone(&kept_warm),
+        ));
         let (events, events_rx) = mpsc::channel(1024);
         let scheduler = Scheduler::new(1, ScheduleConfig::with_duty_cycle(0.5)).unwrap();
         let service = Service::start(ServiceParts {
@@ -124,6 +137,7 @@ impl Harness {
         }));
         Harness {
             dir,
+            kept_warm,
             events: events_rx,
             reloads,
             _stop: stop,
@@ -205,8 +219,8 @@ async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_wit
         .await;
 
     assert!(
-        matches!(events.first(), Some(ProbeEvent::RetainPaths(_))),
-        "the path set first: {:?}",
+        matches!(events.first(), Some(ProbeEvent::Selection(s)) if s.len() == 2 && s.values().all(|preferred| *preferred)),
+        "the selection first, every path of a full mesh preferred by the series budget: {:?}",
         events.first()
     );
     assert!(events
@@ -230,8 +244,9 @@ async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_wit
         assert_eq!(l, &labels("node2", "mlx5_7"));
         assert!(matches!(r.result, ProbeResult::Success { .. }), "{r:?}");
     }
-    assert!(events.iter().any(|e| matches!(e, ProbeEvent::RetainPaths(keep)
-        if keep.contains(&labels("node2", "mlx5_7")) && !keep.contains(&labels("node2", UNKNOWN_PEER_DEVICE)))));
+    assert!(events.iter().any(
+        |e| matches!(e, ProbeEvent::ForgetPath(gone) if *gone == labels("node2", UNKNOWN_PEER_DEVICE))
+    ));
 
     // node3 never answered: its failures stay under `unknown`, each one counted.
     for (l, r) in completed(&events, "node3") {
@@ -284,14 +299,11 @@ async fn a_reload_removes_a_peers_paths_and_a_broken_file_changes_nothing() {
     let retained = events
         .iter()
         .find_map(|e| match e {
-            ProbeEvent::RetainPaths(keep) => Some(keep.clone()),
+            ProbeEvent::RetainPeers(keep) => Some(keep.clone()),
             _ => None,
         })
-        .expect("the reload tells the recorder which paths stay");
-    assert_eq!(
-        retained.into_iter().collect::<Vec<_>>(),
-        vec![labels("node2", "mlx5_7")]
-    );
+        .expect("the reload tells the recorder which peers stay");
+    assert_eq!(retained.into_iter().collect::<Vec<_>>(), vec!["node2"]);
     assert!(attempts(&events, "node3").is_empty(), "{events:#?}");
 
     // A broken file: refused with its error, the old config keeps probing.
@@ -308,4 +320,80 @@ async fn a_reload_removes_a_peers_paths_and_a_broken_file_changes_nothing() {
         .iter()
         .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: true, .. })));
     assert!(attempts(&events, "node3").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_stay_warm_only_when_the_next_probe_comes_before_the_responder_drops_them() {
+    let mut h = Harness::start("warm").await;
+    h.events_until(|e| completed(e, "node2").len() >= 2).await;
+    assert!(
+        h.kept_warm.lock().unwrap().iter().all(|k| *k),
+        "10 s intervals"
+    );
+    // Every 6 minutes: longer than the responder keeps an idle session (the next probes are
+    // still due at the old times; the longer interval applies after them).
+    h.reload(&CONFIG.replace("interval: 10s", "interval: 6m"))
+        .await
+        .expect("a good file is taken");
+    h.kept_warm.lock().unwrap().clear();
+    h.events_until(|e| !completed(e, "node2").is_empty()).await;
+    let kept = h.kept_warm.lock().unwrap().clone();
+    assert!(!kept.is_empty() && kept.iter().all(|k| !*k), "{kept:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
+    // Three peers with max_peers 1: the node's ToR (node2) and a sample of the other (node3).
+    let rotating = CONFIG
+        .replace(
+            "schedule: {duty_cycle: 50%}",
+            "schedule: {duty_cycle: 50%}\nselection: {max_peers: 1, sample: 1}",
+        )
+        .replace(
+            "{name: node1, address: 192.0.2.11}",
+            "{name: node1, address: 192.0.2.11, labels: {tor: a}}",
+        )
+        .replace(
+            "{name: node2, address: 192.0.2.12, labels: {rack: r2}}",
+            "{name: node2, address: 192.0.2.12, labels: {rack: r2, tor: a}}",
+        )
+        .replace(
+            "{name: node3, address: 192.0.2.13}",
+            "{name: node3, address: 192.0.2.13, labels: {tor: b}}",
+        )
+        .replace(
+            "peers:\n",
+            "peers:\n  - {name: node4, address: 192.0.2.14, labels: {tor: b}}\n",
+        );
+    let mut h = Harness::start("rotate").await;
+    h.reload(&rotating).await.expect("a good file is taken");
+    let events = h.events_until(|e| !completed(e, "node2").is_empty()).await;
+    let selection = events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ProbeEvent::Selection(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("a selection");
+    assert_eq!(
+        selection.get(&("rxe0".to_owned(), "node2".to_owned())),
+        Some(&true),
+        "the node's ToR, preferred: {selection:?}"
+    );
+    assert!(
+        selection
+            .iter()
+            .any(|((_, p), preferred)| (p == "node3" || p == "node4") && !preferred),
+        "one peer of the other ToR, sampled: {selection:?}"
+    );
+    assert_eq!(selection.len(), 2, "{selection:?}");
+    // Back to the full mesh, whatever was waiting: every peer, and probing goes on.
+    h.reload(CONFIG).await.expect("a good file is taken");
+    let events = h
+        .events_until(|e| completed(e, "node2").len() >= 2 && !completed(e, "node3").is_empty())
+        .await;
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ProbeEvent::Selection(s) if s.len() == 2 && s.values().all(|p| *p))));
 }

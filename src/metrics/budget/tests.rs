@@ -12,7 +12,11 @@ const fn s(n: u64) -> Duration {
 }
 
 fn series(base: usize, detail: usize) -> PathSeries {
-    PathSeries { base, detail }
+    PathSeries {
+        base,
+        detail,
+        derived: 0,
+    }
 }
 
 #[test]
@@ -94,23 +98,34 @@ proptest! {
     #[test]
     fn never_above_the_limit(
         limit in 0usize..400,
-        probes in proptest::collection::vec((0u32..60, any::<bool>(), 1usize..20, 0usize..10), 1..300),
+        probes in proptest::collection::vec(
+            (0u32..60, any::<bool>(), 1usize..20, 0usize..10, 0usize..6),
+            1..300,
+        ),
     ) {
         let mut b = SeriesBudget::new(limit, s(300));
         let mut on: BTreeMap<u32, (bool, Duration, PathSeries)> = BTreeMap::new();
-        for (i, (key, preferred, base, detail)) in probes.into_iter().enumerate() {
+        for (i, (key, preferred, base, detail, derived)) in probes.into_iter().enumerate() {
             let now = s(i as u64);
-            let a = b.record(key, now, preferred, series(base, detail));
+            let this = PathSeries { base, detail, derived };
+            let a = b.record(key, now, preferred, this);
             for e in &a.evicted {
                 let (p, last, _) = on.remove(e).expect("evicted a path that was on");
                 prop_assert!((p, last) < (preferred, now));
             }
             on.remove(&key);
             if a.admitted {
-                on.insert(key, (preferred, now, series(base, detail)));
+                on.insert(key, (preferred, now, this));
             }
             prop_assert!(b.series() <= limit, "{} > {limit}", b.series());
-            let expect: usize = on.values().map(|(_, _, s)| s.base + if b.detail_shed() { 0 } else { s.detail }).sum();
+            let expect: usize = on
+                .values()
+                .map(|(_, _, s)| {
+                    s.base
+                        + if b.detail_shed() { 0 } else { s.detail }
+                        + if b.derived_shed() { 0 } else { s.derived }
+                })
+                .sum();
             prop_assert_eq!(b.series(), expect);
             prop_assert_eq!(b.paths(), on.len());
             if i % 50 == 49 {

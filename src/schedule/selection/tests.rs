@@ -113,16 +113,17 @@ fn ten_thousand_nodes_in_32_node_tors() {
         &SelectionConfig::default(),
     );
     let c = s.coverage();
-    // 312 remote ToRs shared by 32 members: 10 each, below the sample of 12.
+    // 312 remote ToRs shared by 32 members: 10 each, the sample.
     assert_eq!(
         (c.groups, c.group_size, c.sampled_per_device),
-        (313, 32, 12)
+        (313, 32, 10)
     );
     assert_eq!(c.same_group_rounds, 0);
-    // A window of 32 × 12 = 384 ≥ 312 items: every ToR pair every round; the last group (16
-    // nodes) needs a share of 20 and gets it.
+    // A window of 32 × 10 = 320 ≥ 312 items: every ToR pair every round; the last group (16
+    // nodes) needs a share of 20 and gets it. A block of 32 × 32 pairs, visited 320 / 312
+    // times a round: 32 × 32 × 312 / 320 = 998.4 rounds.
     assert_eq!(c.group_pair_rounds, 2);
-    assert_eq!(c.path_rounds, 832 + 1);
+    assert_eq!(c.path_rounds, 999 + 1);
     let selected = s.select(1234);
     let same = selected
         .iter()
@@ -130,7 +131,7 @@ fn ten_thousand_nodes_in_32_node_tors() {
         .count();
     let sampled = selected.iter().filter(|p| p.role == Role::Sampled).count();
     assert_eq!(same, 31 * 8);
-    assert!((8 * 11..=8 * 13).contains(&sampled), "{sampled}");
+    assert!((8 * 9..=8 * 11).contains(&sampled), "{sampled}");
     let small = Selector::with_layout("n312-003", layout, &devs, &SelectionConfig::default());
     assert_eq!(small.coverage().sampled_per_device, 20);
 }

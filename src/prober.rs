@@ -16,6 +16,7 @@ use crate::burst::engine::{run_burst, BurstFailure, BurstTargets, BurstTiming, E
 use crate::burst::run::burst_deadline;
 use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
 use crate::config::{RateLimit, ResolveError};
+use crate::control::message::Identity;
 use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
     SessionRequest,
@@ -82,6 +83,27 @@ impl ProbeSettings {
             service_level: self.service_level,
             qp_timeout: self.qp_timeout,
         }
+    }
+}
+
+/// How long saying `Close` to a responder that is not asked for a session may take.
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
+
+/// `Err(no_device)` when the responder listed its devices and none is on `rail`: the session
+/// request would be refused (the responder's rule), so it is not sent.
+pub(crate) fn check_rail(identity: &Identity, rail: Option<u16>) -> Result<(), ProbeError> {
+    match rail {
+        Some(rail) if !identity.devices.is_empty() && !identity.serves_rail(rail) => {
+            Err(ProbeError::new(
+                ErrorReason::NoDevice,
+                format!(
+                    "peer {} has no device on rail {rail} (it serves {})",
+                    identity.node,
+                    identity.describe_devices()
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -156,6 +178,10 @@ pub struct ProbeOutcome {
     /// The version a stock `ib_write_bw` server announced (`probe --perftest` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perftest_server_version: Option<String>,
+    /// What the responder said about itself in the handshake of this probe's session (or of the
+    /// last one that got that far): its node name, labels and devices with their rails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_identity: Option<Identity>,
 }
 
 impl ProbeOutcome {
@@ -266,6 +292,8 @@ pub struct WarmSession {
     /// burst) and shared by every session this builds.
     device: Option<(Context, BurstWorker)>,
     session: Option<Session>,
+    /// What the responder said about itself at the last handshake that got that far.
+    peer: Option<Identity>,
 }
 
 impl WarmSession {
@@ -275,6 +303,7 @@ impl WarmSession {
             settings,
             device: None,
             session: None,
+            peer: None,
         }
     }
 
@@ -284,6 +313,7 @@ impl WarmSession {
             settings,
             device: Some((ctx, worker)),
             session: None,
+            peer: None,
         }
     }
 
@@ -307,12 +337,14 @@ impl WarmSession {
                         let mut outcome = ProbeOutcome::failed(&self.settings, &e);
                         outcome.kind = request.kind();
                         outcome.new_session = true;
+                        outcome.peer_identity = self.peer.clone();
                         return outcome;
                     }
                 },
             };
             let mut outcome = session.burst_with(request).await;
             outcome.new_session = fresh;
+            outcome.peer_identity = self.peer.clone();
             let closed_by_responder = session.closed_by_responder;
             if session.is_usable() && !closed_by_responder {
                 self.session = Some(session); // warm for the next burst
@@ -340,7 +372,7 @@ impl WarmSession {
                 self.device.insert((ctx, worker)).clone()
             }
         };
-        Session::establish(ctx, worker, &self.settings).await
+        Session::establish(ctx, worker, &self.settings, &mut self.peer).await
     }
 
     /// Says goodbye to the responder (best effort) and releases everything.
@@ -440,10 +472,15 @@ impl Session {
     /// Connects and authenticates, and brings up the QPs on `ctx` (the caller's open device)
     /// with the responder's. The port is re-read first: its state, MTU, rate and LID may have
     /// changed since the device was opened. The whole setup is timed (`setup_seconds`).
+    ///
+    /// What the responder says about itself in the handshake is kept in `peer` (also when the
+    /// setup fails later); a responder that says it has no device on the rail asked for is not
+    /// asked for a session (`no_device`, as it would answer).
     pub async fn establish(
         mut ctx: Context,
         worker: BurstWorker,
         settings: &ProbeSettings,
+        peer: &mut Option<Identity>,
     ) -> Result<Session, ProbeError> {
         let started = Instant::now();
         ensure_port_active(&mut ctx)?;
@@ -469,13 +506,23 @@ impl Session {
         let counters = counter_reader(&device, set.ctx.port()).await;
 
         let mut conn = connect(&settings.target, settings.timeout).await?;
-        client_handshake(
+        let identity = client_handshake(
             &mut conn,
             &settings.node_name,
             &settings.auth,
             settings.timeout,
         )
         .await?;
+        if let Some(identity) = identity {
+            let on_rail = check_rail(&identity, settings.rail);
+            *peer = Some(identity);
+            if let Err(e) = on_rail {
+                // An orderly end: the responder did nothing wrong.
+                let _ = conn.send(&Message::Close, CLOSE_GRACE).await;
+                let _ = conn.shutdown(CLOSE_GRACE).await;
+                return Err(e);
+            }
+        }
         let request = Message::SessionRequest(SessionRequest {
             device: None,
             rail: settings.rail,
@@ -994,6 +1041,35 @@ fn random_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::message::IdentityDevice;
+
+    #[test]
+    fn a_session_is_asked_for_only_on_a_rail_the_peer_has() {
+        let device = |name: &str, rail| IdentityDevice {
+            name: name.into(),
+            port: 1,
+            rail,
+        };
+        let peer = Identity {
+            node: "gpu-b07".into(),
+            labels: Default::default(),
+            devices: vec![device("mlx5_0", Some(0)), device("mlx5_1", Some(1))],
+        };
+        assert!(check_rail(&peer, Some(1)).is_ok());
+        assert!(check_rail(&peer, None).is_ok(), "no rail: its first device");
+        let e = check_rail(&peer, Some(5)).unwrap_err();
+        assert_eq!(e.reason(), Some(ErrorReason::NoDevice));
+        assert_eq!(
+            e.to_string(),
+            "peer gpu-b07 has no device on rail 5 (it serves mlx5_0 (rail 0), mlx5_1 (rail 1))"
+        );
+        // A responder that lists no devices leaves the choice to its answer.
+        let silent = Identity {
+            devices: Vec::new(),
+            ..peer
+        };
+        assert!(check_rail(&silent, Some(5)).is_ok());
+    }
 
     fn settings(length: BurstLength, rate_limit: Option<RateLimit>) -> ProbeSettings {
         ProbeSettings {

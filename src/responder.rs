@@ -24,6 +24,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::burst::pattern;
+use crate::config::Labels;
+use crate::control::message::{Identity as NodeIdentity, IdentityDevice};
 use crate::control::{
     server_handshake, AuthMode, BurstOutcome, BurstResult, Connection, ControlError, Message,
     RemoteRegion, SessionAccept, SessionRequest,
@@ -52,6 +54,9 @@ pub struct ServedDevice {
 #[derive(Debug, Clone)]
 pub struct ResponderSettings {
     pub node_name: String,
+    /// The node's static labels, told to authenticated probers with the node name and the
+    /// devices served (docs/metrics.md, "Peer identity").
+    pub labels: Labels,
     /// The devices served, at least one, each at most once and each rail at most once. The
     /// first answers probers that ask for neither a device nor a rail.
     pub devices: Vec<ServedDevice>,
@@ -307,8 +312,9 @@ pub async fn run(
         listen = ?listener.local_addr().ok(),
         "responder ready"
     );
+    let identity = identity(&settings, &devices);
     let shared = Arc::new(Shared {
-        admission: Admission::new(&settings),
+        admission: Admission::new(&settings, identity),
         settings,
         devices,
         pinned: Arc::new(AtomicU64::new(0)),
@@ -336,6 +342,28 @@ pub async fn run(
     }
     tracing::info!("responder shutting down");
     Ok(())
+}
+
+/// What this responder tells a prober that proved the key: its node name, labels and devices
+/// with their rails, within the protocol's limits (what does not fit is logged and left out). A
+/// node name the protocol does not take leaves the identity out altogether.
+fn identity(settings: &ResponderSettings, devices: &[Arc<Served>]) -> Option<NodeIdentity> {
+    let served = devices.iter().map(|d| IdentityDevice {
+        name: d.name().to_owned(),
+        port: d.ctx.port(),
+        rail: d.rail,
+    });
+    let (identity, left_out) = NodeIdentity::bounded(&settings.node_name, &settings.labels, served);
+    for what in left_out {
+        tracing::warn!(left_out = %what, "not told to probers in this node's identity");
+    }
+    match identity.validate() {
+        Ok(()) => Some(identity),
+        Err(e) => {
+            tracing::warn!(error = %e, "probers are not told this node's identity");
+            None
+        }
+    }
 }
 
 /// Keeps `ready` equal to "the port is ACTIVE": a responder whose port went down cannot serve a
@@ -423,6 +451,8 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
 /// never hold sessions, and a flood of them is refused at once beyond the handshake cap.
 struct Admission {
     auth: AuthMode,
+    /// Sent in `AuthOk`, to authenticated probers only.
+    identity: Option<NodeIdentity>,
     io_timeout: Duration,
     handshakes: Arc<Semaphore>,
     max_handshakes: usize,
@@ -431,10 +461,11 @@ struct Admission {
 }
 
 impl Admission {
-    fn new(settings: &ResponderSettings) -> Self {
+    fn new(settings: &ResponderSettings, identity: Option<NodeIdentity>) -> Self {
         let max_handshakes = settings.max_handshakes.max(1);
         Admission {
             auth: settings.auth.clone(),
+            identity,
             io_timeout: settings.io_timeout,
             handshakes: Arc::new(Semaphore::new(max_handshakes)),
             max_handshakes,
@@ -460,7 +491,8 @@ impl Admission {
                 )
             });
         };
-        let node = server_handshake(conn, &self.auth, self.io_timeout).await?;
+        let node =
+            server_handshake(conn, &self.auth, self.identity.as_ref(), self.io_timeout).await?;
         drop(handshake);
         let Ok(session) = Arc::clone(&self.sessions).try_acquire_owned() else {
             return Err(SessionFailure {
@@ -1005,6 +1037,7 @@ mod tests {
     fn settings(max_sessions: usize, max_handshakes: usize) -> ResponderSettings {
         ResponderSettings {
             node_name: "responder".into(),
+            labels: Labels::new(),
             devices: vec![ServedDevice {
                 local: LocalPort {
                     device: None,
@@ -1057,7 +1090,7 @@ mod tests {
 
     #[tokio::test]
     async fn silent_strangers_cannot_take_the_only_session() {
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4))).await;
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
         // Three connections that never say hello hold handshake permits, not the session.
         let mut strangers = Vec::new();
         for _ in 0..3 {
@@ -1089,7 +1122,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_handshake_flood_beyond_the_cap_is_refused_at_once() {
-        let (addr, mut results) = admitting(Admission::new(&settings(16, 2))).await;
+        let (addr, mut results) = admitting(Admission::new(&settings(16, 2), None)).await;
         let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1108,9 +1141,94 @@ mod tests {
         assert_eq!(refused.refusal(), Some(SessionResult::HandshakeLimit));
     }
 
+    fn told() -> NodeIdentity {
+        NodeIdentity {
+            node: "responder".into(),
+            labels: [("tor".to_owned(), "t1".to_owned())].into(),
+            devices: vec![IdentityDevice {
+                name: "mlx5_0".into(),
+                port: 1,
+                rail: Some(0),
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn an_admitted_prober_learns_the_responders_identity() {
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
+        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        let identity = client_handshake(
+            &mut prober,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        assert_eq!(identity, Some(told()));
+        assert_eq!(results.recv().await.unwrap().unwrap().0, "node-a");
+        // A responder without one (a node name the protocol does not take) tells nothing.
+        let (addr, _results) = admitting(Admission::new(&settings(1, 4), None)).await;
+        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        let identity = client_handshake(
+            &mut prober,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        assert_eq!(identity, None);
+    }
+
+    #[tokio::test]
+    async fn a_prober_past_the_session_limit_learned_the_identity_but_gets_no_session() {
+        // The identity comes with AuthOk, before the session permit: a prober refused at the
+        // limit has proved the key all the same.
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
+        let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(&mut first, "node-a", &AuthMode::None, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let _held = results.recv().await.unwrap().unwrap();
+        let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        let told_second =
+            client_handshake(&mut second, "node-b", &AuthMode::None, Duration::from_secs(2))
+                .await
+                .unwrap();
+        assert_eq!(told_second, Some(told()));
+        let refused = results.recv().await.unwrap().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::Limit));
+        let said = second.recv(Duration::from_secs(2)).await.unwrap();
+        assert!(
+            matches!(&said, Message::Error { message, .. } if message.contains("session limit")),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn the_identity_keeps_what_the_protocol_takes_and_says_what_it_left_out() {
+        let mut labels: Labels = (0..40).map(|i| (format!("l{i:02}"), "v".to_owned())).collect();
+        labels.insert("empty".into(), String::new());
+        let devices = (0..34).map(|i| IdentityDevice {
+            name: format!("mlx5_{i}"),
+            port: 1,
+            rail: Some(i),
+        });
+        let (identity, left_out) = NodeIdentity::bounded("node-a", &labels, devices);
+        assert!(identity.validate().is_ok());
+        assert_eq!(identity.labels.len(), 32);
+        assert_eq!(identity.devices.len(), 32);
+        assert_eq!(left_out.len(), 1 + 8 + 2, "{left_out:?}");
+        assert!(left_out[0].contains("labels.empty is empty"), "{left_out:?}");
+        assert!(left_out.iter().any(|w| w.contains("device mlx5_33")), "{left_out:?}");
+        let (identity, _) = NodeIdentity::bounded("node a", &Labels::new(), []);
+        assert!(identity.validate().is_err());
+    }
+
     #[tokio::test]
     async fn past_the_session_limit_an_authenticated_prober_is_refused_as_limit() {
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4))).await;
+        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
         let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
         client_handshake(
             &mut first,

@@ -22,9 +22,9 @@ use rdma_probe_exporter::control::codec::{
     decode, encode, CodecError, HEADER_LEN, MAGIC, MAX_FRAME_LEN, PROTOCOL_VERSION,
 };
 use rdma_probe_exporter::control::message::{
-    escape_unsafe_chars, is_unsafe_char, BurstOutcome, BurstResult, Message, QpEndpoint,
-    RemoteRegion, SessionAccept, SessionRequest, MAX_MESSAGE_SIZE, MAX_NAME_LEN, MAX_QPS,
-    VALID_MTUS,
+    escape_unsafe_chars, is_unsafe_char, BurstOutcome, BurstResult, Identity, IdentityDevice,
+    Message, QpEndpoint, RemoteRegion, SessionAccept, SessionRequest, MAX_IDENTITY_DEVICES,
+    MAX_IDENTITY_LABELS, MAX_MESSAGE_SIZE, MAX_NAME_LEN, MAX_QPS, VALID_MTUS,
 };
 use rdma_probe_exporter::reason::ErrorReason;
 use serde_json::Value;
@@ -70,7 +70,13 @@ fn message(u: &mut Unstructured) -> Result<Message> {
         2 => Message::Authenticate {
             client_proof: u.arbitrary()?,
         },
-        3 => Message::AuthOk,
+        3 => Message::AuthOk {
+            identity: if u.arbitrary()? {
+                Some(identity(u)?)
+            } else {
+                None
+            },
+        },
         4 => Message::SessionRequest(session_request(u)?),
         5 => Message::SessionAccept(session_accept(u)?),
         6 => burst_start(u)?,
@@ -168,6 +174,43 @@ fn session_accept(u: &mut Unstructured) -> Result<SessionAccept> {
         mtu: mtu(u)?,
         link_rate_bits_per_second: u.arbitrary()?,
     })
+}
+
+/// A responder's identity: label and device counts around their limits, label names from the
+/// ones the config allows and the reserved ones, values of any text.
+fn identity(u: &mut Unstructured) -> Result<Identity> {
+    const LABEL_NAMES: &[&str] = &["tor", "rack", "peer_node", "peer", "__name__", "9x", "a b"];
+    let labels = u.int_in_range(0..=MAX_IDENTITY_LABELS + 1)?;
+    let labels = (0..labels)
+        .map(|i| {
+            let name = match u.int_in_range(0..=3u8)? {
+                0 => u.choose(LABEL_NAMES)?.to_string(),
+                1 => text(u)?,
+                _ => format!("label_{i}"),
+            };
+            let value = if u.ratio(3, 4)? { name_or_text(u)? } else { text(u)? };
+            Ok((name, value))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Identity {
+        node: name(u)?,
+        labels,
+        devices: list(u, MAX_IDENTITY_DEVICES + 1, |u| {
+            Ok(IdentityDevice {
+                name: name(u)?,
+                port: near(u, &[1, 0, u8::MAX])?,
+                rail: u.arbitrary()?,
+            })
+        })?,
+    })
+}
+
+fn name_or_text(u: &mut Unstructured) -> Result<String> {
+    if u.arbitrary()? {
+        name(u)
+    } else {
+        text(u)
+    }
 }
 
 /// A QP count at or around the limits, never one that would allocate much.
@@ -284,7 +327,7 @@ fn expected_after_decode(msg: &Message) -> Message {
         Message::Hello { .. }
         | Message::Challenge { .. }
         | Message::Authenticate { .. }
-        | Message::AuthOk
+        | Message::AuthOk { .. }
         | Message::SessionRequest(_)
         | Message::SessionAccept(_)
         | Message::BurstStart { .. }

@@ -995,6 +995,8 @@ impl ResponderArgs {
             metrics_listen: self.metrics_listen,
             settings: ResponderSettings {
                 node_name,
+                // The command has no labels: its identity is its node name and devices.
+                labels: crate::config::Labels::new(),
                 devices,
                 auth,
                 // u32 → usize cannot fail on the 32/64-bit targets RDMA runs on.

@@ -49,6 +49,7 @@ pub use units::{
     UnitError,
 };
 pub use validate::RESERVED_LABELS;
+pub(crate) use validate::check_label_name;
 
 /// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
 /// this a file is a mistake or hostile, and is refused before it is parsed. (Large clusters use

@@ -31,8 +31,9 @@ use crate::verbs::PathMtu;
 const MAX_NAME_LEN: usize = 253;
 
 /// Label names the exporter sets itself on its metrics; a static label with one of these names
-/// would clash with them in joins.
-pub const RESERVED_LABELS: &[&str] = &["node", "peer", "device", "peer_device", "port"];
+/// would clash with them in joins (`peer_node`: the node name a peer reports, on
+/// `rdma_probe_peer_info`).
+pub const RESERVED_LABELS: &[&str] = &["node", "peer", "peer_node", "device", "peer_device", "port"];
 
 /// What a field accepts, by field path (`peers[2].rate_limit`), for error messages.
 pub(crate) fn field_help(path: &str) -> Option<String> {

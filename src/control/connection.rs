@@ -24,7 +24,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::auth::{self, AuthMode};
 use super::codec::{self, CodecError};
-use super::message::Message;
+use super::message::{Identity, Message};
 use super::seal::{FrameKeys, Role, SealError};
 use crate::reason::ErrorReason;
 
@@ -394,13 +394,15 @@ fn io_error(e: io::Error) -> ControlError {
 ///
 /// If none of the server's proofs verifies, the server is told (`Error{auth}`) and the result is
 /// [`ControlError::Auth`]; nothing about local QPs has been sent at that point. The server's
-/// `AuthOk` is the first protected frame: it confirms that both ends derived the same keys.
+/// `AuthOk` is the first protected frame: it confirms that both ends derived the same keys, and
+/// carries what the responder says about itself (returned; `None` from a responder that does not
+/// tell).
 pub async fn client_handshake(
     conn: &mut Connection,
     node_name: &str,
     auth: &AuthMode,
     deadline: Duration,
-) -> Result<(), ControlError> {
+) -> Result<Option<Identity>, ControlError> {
     let until = Instant::now() + deadline;
     let client_nonce = auth::new_nonce().map_err(ControlError::Random)?;
     let hello = Message::Hello {
@@ -430,7 +432,7 @@ pub async fn client_handshake(
         .await?;
     conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Prober);
     match conn.recv_before(until, deadline).await? {
-        Message::AuthOk => Ok(()),
+        Message::AuthOk { identity } => Ok(identity),
         other => Err(ControlError::unexpected("auth_ok", other)),
     }
 }
@@ -441,10 +443,12 @@ pub async fn client_handshake(
 /// Failures are reported to the peer before returning: a wrong proof as `Error{auth}` (with no
 /// detail, so the message is no oracle), a version mismatch as `Error{protocol}` naming both
 /// versions (framed in our version, so an older or newer peer can still tell what happened).
-/// On success every later frame is protected (unless `auth: none`), starting with `AuthOk`.
+/// On success every later frame is protected (unless `auth: none`), starting with `AuthOk`, which
+/// carries `identity`: only a prober that proved the key learns it.
 pub async fn server_handshake(
     conn: &mut Connection,
     auth: &AuthMode,
+    identity: Option<&Identity>,
     deadline: Duration,
 ) -> Result<String, ControlError> {
     let until = Instant::now() + deadline;
@@ -486,7 +490,10 @@ pub async fn server_handshake(
         ));
     };
     conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Responder);
-    conn.send_before(&Message::AuthOk, until, deadline).await?;
+    let auth_ok = Message::AuthOk {
+        identity: identity.cloned(),
+    };
+    conn.send_before(&auth_ok, until, deadline).await?;
     Ok(node)
 }
 
@@ -510,7 +517,21 @@ mod tests {
         (l, addr)
     }
 
-    /// Runs both handshakes over loopback and returns (client result, server result).
+    /// What the test responders say about themselves.
+    fn responder_identity() -> Identity {
+        Identity {
+            node: "node-secret-name".into(),
+            labels: [("tor".to_owned(), "tor-7".to_owned())].into(),
+            devices: vec![crate::control::message::IdentityDevice {
+                name: "mlx5_3".into(),
+                port: 1,
+                rail: Some(3),
+            }],
+        }
+    }
+
+    /// Runs both handshakes over loopback and returns (client result, server result); the
+    /// server tells [`responder_identity`].
     async fn handshake(
         client_auth: AuthMode,
         server_auth: AuthMode,
@@ -522,13 +543,17 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            let node = server_handshake(&mut conn, &server_auth, DEADLINE).await?;
+            let identity = responder_identity();
+            let node = server_handshake(&mut conn, &server_auth, Some(&identity), DEADLINE).await?;
             Ok((conn, node))
         });
         let mut conn = connect(&addr, DEADLINE).await.unwrap();
         let client = client_handshake(&mut conn, "node-a", &client_auth, DEADLINE)
             .await
-            .map(|()| conn);
+            .map(|identity| {
+                assert_eq!(identity, Some(responder_identity()));
+                conn
+            });
         (client, server.await.unwrap())
     }
 
@@ -636,7 +661,15 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &psk("the server's key, long enough"), DEADLINE).await
+            // Its identity goes only to a prober that proved the key.
+            let identity = responder_identity();
+            server_handshake(
+                &mut conn,
+                &psk("the server's key, long enough"),
+                Some(&identity),
+                DEADLINE,
+            )
+            .await
         });
         let mut conn = connect(&addr, DEADLINE).await.unwrap();
         conn.send(
@@ -672,7 +705,7 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &AuthMode::None, DEADLINE).await
+            server_handshake(&mut conn, &AuthMode::None, None, DEADLINE).await
         });
         let mut conn = connect(&addr, DEADLINE).await.unwrap();
         let err = conn
@@ -725,7 +758,7 @@ mod tests {
         let (s, _) = l.accept().await.unwrap();
         let mut conn = Connection::new(s).unwrap();
         let started = std::time::Instant::now();
-        let err = server_handshake(&mut conn, &AuthMode::None, Duration::from_millis(300))
+        let err = server_handshake(&mut conn, &AuthMode::None, None, Duration::from_millis(300))
             .await
             .unwrap_err();
         assert_eq!(err.reason(), ErrorReason::Timeout);
@@ -739,7 +772,7 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &psk("a shared key of enough length"), DEADLINE).await
+            server_handshake(&mut conn, &psk("a shared key of enough length"), None, DEADLINE).await
         });
         // Act as a v1 prober (frames in clear after the handshake): raw stream, v1 frame.
         let mut raw = TcpStream::connect(&addr).await.unwrap();
@@ -867,7 +900,7 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &psk(KEY), DEADLINE)
+            server_handshake(&mut conn, &psk(KEY), Some(&responder_identity()), DEADLINE)
                 .await
                 .unwrap();
             assert!(conn.is_protected());
@@ -1056,6 +1089,26 @@ mod tests {
         );
         assert!(!wire.contains("burst_start"), "{wire}");
         assert!(!wire.contains("seed"), "{wire}");
+        // The responder's identity travels in the sealed AuthOk.
+        assert!(!wire.contains("auth_ok"), "{wire}");
+        assert!(!wire.contains("node-secret-name"), "{wire}");
+        assert!(!wire.contains("tor-7"), "{wire}");
+    }
+
+    #[tokio::test]
+    async fn a_responder_that_tells_nothing_gives_no_identity() {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let mut conn = Connection::new(s).unwrap();
+            server_handshake(&mut conn, &psk(KEY), None, DEADLINE).await
+        });
+        let mut conn = connect(&addr, DEADLINE).await.unwrap();
+        let identity = client_handshake(&mut conn, "node-a", &psk(KEY), DEADLINE)
+            .await
+            .unwrap();
+        assert_eq!(identity, None);
+        assert_eq!(server.await.unwrap().unwrap(), "node-a");
     }
 
     #[tokio::test]

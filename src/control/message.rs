@@ -29,9 +29,11 @@
 //! treatments:
 //!
 //! * Names (`Hello.node`, the `device` of `SessionRequest` and `SessionAccept`, the counter names
-//!   of `BurstResult`) identify things and become label values: [`Message::validate`] rejects a
-//!   name with such a character or any whitespace, because an escaped name would be a different
-//!   name, and a space lets a name pose as a second `key=value` pair in a log line.
+//!   of `BurstResult`, the node and device names of an [`Identity`]) identify things and become
+//!   label values: [`Message::validate`] rejects a name with such a character or any whitespace,
+//!   because an escaped name would be a different name, and a space lets a name pose as a second
+//!   `key=value` pair in a log line. The label values of an [`Identity`] may hold spaces (as the
+//!   config's may) but are refused with such a character for the same reason.
 //! * Free text (`Error.message`, the `detail` of a failed `BurstOutcome` and of `BurstResult`) is
 //!   read by people, and refusing the message would hide why the peer gave up: the decoder keeps it
 //!   and escapes each such character as Rust's `\u{1b}` ([`escape_unsafe_chars`]). Backslashes are
@@ -41,6 +43,7 @@
 //! [`Message::escape_free_text`], which `codec::decode` calls on every message.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +68,13 @@ pub const VALID_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 pub const MAX_KEYS: usize = 2;
 /// QPNs and PSNs are 24-bit quantities on the wire of the RDMA transport.
 const MAX_24BIT: u32 = (1 << 24) - 1;
+/// Most labels an [`Identity`] carries: far above the few a node has (rack, ToR, pod), and small
+/// enough that the largest identity fits a frame with room to spare.
+pub const MAX_IDENTITY_LABELS: usize = 32;
+/// Most devices an [`Identity`] lists: one per rail of the largest GPU nodes, several times over.
+pub const MAX_IDENTITY_DEVICES: usize = 32;
+/// Longest label value of an [`Identity`], in characters: the config's limit.
+pub const MAX_LABEL_VALUE_CHARS: usize = 253;
 
 /// One message of the control protocol. See the module docs for the wire form.
 ///
@@ -74,7 +84,8 @@ const MAX_24BIT: u32 = (1 << 24) - 1;
 /// Hello ──────────────▶                       (no secrets: node name and a nonce)
 ///       ◀────────────── Challenge            (server nonce + server proof; client verifies)
 /// Authenticate ───────▶                       (client proof; server verifies)
-///       ◀────────────── AuthOk | Error{auth}     (AuthOk: the first protected frame)
+///       ◀────────────── AuthOk | Error{auth}     (AuthOk: the first protected frame, with the
+///                                             responder's identity)
 /// SessionRequest ─────▶                       (first QP numbers/GIDs: only after AuthOk)
 ///       ◀────────────── SessionAccept | Busy | Error
 /// BurstStart ─────────▶
@@ -112,8 +123,18 @@ pub enum Message {
         #[serde(with = "hex_array")]
         client_proof: Proof,
     },
-    /// Server → client: authentication succeeded; the session may now be negotiated.
-    AuthOk,
+    /// Server → client: authentication succeeded; the session may now be negotiated. The first
+    /// protected frame, so the responder's identity travels encrypted (unless `auth: none`).
+    AuthOk {
+        /// What the responder says about itself; absent from a responder that does not tell (an
+        /// earlier revision of protocol v2). Old probers ignore the field.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "object_form::option"
+        )]
+        identity: Option<Identity>,
+    },
     /// Client → server: set up a probe session (QPs and memory regions) on the responder.
     SessionRequest(SessionRequest),
     /// Server → client: the responder's half of the QP connection and where to write.
@@ -158,6 +179,149 @@ pub enum Message {
 
 /// InfiniBand service levels are 4 bits.
 pub const MAX_SERVICE_LEVEL: u8 = 15;
+
+/// What a responder says about itself after the prober proved the key: its node name, its
+/// node's labels and the devices it serves with their rails. The prober names a peer known by
+/// its address alone with this in `rdma_probe_peer_info`, and skips the paths on rails the peer
+/// has no device on (docs/metrics.md, "Peer identity").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The responder's node name (its config's `node`, or `--node`).
+    pub node: String,
+    /// Its node's static labels: its own entry in the shared `peers` list, overridden by its
+    /// `labels` (at most [`MAX_IDENTITY_LABELS`]).
+    #[serde(default, deserialize_with = "object_form::unique_map")]
+    pub labels: BTreeMap<String, String>,
+    /// The devices it serves, in its order (at most [`MAX_IDENTITY_DEVICES`]).
+    #[serde(default, deserialize_with = "object_form::vec")]
+    pub devices: Vec<IdentityDevice>,
+}
+
+/// One device a responder serves, as its [`Identity`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityDevice {
+    pub name: String,
+    pub port: u8,
+    /// The rail it answers for; `None`: not on a rail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<u16>,
+}
+
+impl Identity {
+    /// Whether one of its devices is on `rail`: the device a session request for that rail gets
+    /// (the responder's `select_device` rule).
+    pub fn serves_rail(&self, rail: u16) -> bool {
+        self.devices.iter().any(|d| d.rail == Some(rail))
+    }
+
+    /// Its devices as `mlx5_0 (rail 0), mlx5_1 (rail 1)`, for messages.
+    pub fn describe_devices(&self) -> String {
+        let devices: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| match d.rail {
+                Some(rail) => format!("{} (rail {rail})", d.name),
+                None => format!("{} (no rail)", d.name),
+            })
+            .collect();
+        devices.join(", ")
+    }
+
+    /// The identity a responder tells, within what [`validate`](Identity::validate) accepts:
+    /// labels that break a rule, and labels and devices beyond the limits, are left out (in
+    /// order), each described in the second value for the responder's log. A node name that is
+    /// not valid stays, and fails `validate`.
+    pub fn bounded(
+        node: &str,
+        labels: &BTreeMap<String, String>,
+        devices: impl IntoIterator<Item = IdentityDevice>,
+    ) -> (Identity, Vec<String>) {
+        let mut left_out = Vec::new();
+        let mut kept = BTreeMap::new();
+        for (name, value) in labels {
+            if let Err(e) = check_label("labels", name, value) {
+                left_out.push(e);
+            } else if kept.len() == MAX_IDENTITY_LABELS {
+                left_out.push(format!(
+                    "label {name}: beyond the first {MAX_IDENTITY_LABELS} labels"
+                ));
+            } else {
+                kept.insert(name.clone(), value.clone());
+            }
+        }
+        let mut devices: Vec<IdentityDevice> = devices.into_iter().collect();
+        for device in devices.iter().skip(MAX_IDENTITY_DEVICES) {
+            left_out.push(format!(
+                "device {}: beyond the first {MAX_IDENTITY_DEVICES} devices",
+                device.name
+            ));
+        }
+        devices.truncate(MAX_IDENTITY_DEVICES);
+        let identity = Identity {
+            node: node.to_owned(),
+            labels: kept,
+            devices,
+        };
+        (identity, left_out)
+    }
+
+    /// Structural checks of an identity from the network; see "Text from the peer".
+    pub fn validate(&self) -> Result<(), String> {
+        check_name("auth_ok.identity.node", &self.node)?;
+        if self.labels.len() > MAX_IDENTITY_LABELS {
+            return Err(format!(
+                "auth_ok.identity.labels has {} entries, at most {MAX_IDENTITY_LABELS} allowed",
+                self.labels.len()
+            ));
+        }
+        for (name, value) in &self.labels {
+            check_label("auth_ok.identity.labels", name, value)?;
+        }
+        if self.devices.len() > MAX_IDENTITY_DEVICES {
+            return Err(format!(
+                "auth_ok.identity.devices has {} entries, at most {MAX_IDENTITY_DEVICES} allowed",
+                self.devices.len()
+            ));
+        }
+        for (i, device) in self.devices.iter().enumerate() {
+            check_name(&format!("auth_ok.identity.devices[{i}].name"), &device.name)?;
+            if device.port == 0 {
+                return Err(format!(
+                    "auth_ok.identity.devices[{i}].port is 0; ports count from 1"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A label of an [`Identity`]: a name as the config allows it (Prometheus' rule, none of the
+/// exporter's own labels), a value without control characters.
+fn check_label(field: &str, name: &str, value: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "{field}: a label name is {} bytes long, at most {MAX_NAME_LEN} allowed",
+            name.len()
+        ));
+    }
+    crate::config::check_label_name(name).map_err(|e| format!("{field}: {e}"))?;
+    let field = format!("{field}.{name}");
+    if value.is_empty() {
+        return Err(format!("{field} is empty"));
+    }
+    if value.chars().count() > MAX_LABEL_VALUE_CHARS {
+        return Err(format!(
+            "{field} is longer than {MAX_LABEL_VALUE_CHARS} characters"
+        ));
+    }
+    if let Some(c) = value.chars().find(|&c| is_unsafe_char(c)) {
+        return Err(format!(
+            "{field} contains {}: label values may not contain control characters",
+            c.escape_unicode()
+        ));
+    }
+    Ok(())
+}
 
 /// What the prober asks the responder to set up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -267,7 +431,7 @@ impl Message {
             Message::Hello { .. } => "hello",
             Message::Challenge { .. } => "challenge",
             Message::Authenticate { .. } => "authenticate",
-            Message::AuthOk => "auth_ok",
+            Message::AuthOk { .. } => "auth_ok",
             Message::SessionRequest(_) => "session_request",
             Message::SessionAccept(_) => "session_accept",
             Message::BurstStart { .. } => "burst_start",
@@ -294,6 +458,9 @@ impl Message {
                     server_proofs.len()
                 ))
             }
+            Message::AuthOk {
+                identity: Some(identity),
+            } => identity.validate(),
             Message::SessionRequest(r) => r.validate(),
             Message::SessionAccept(a) => a.validate(),
             Message::BurstEnd { posted_per_qp, .. } if posted_per_qp.len() > MAX_QPS as usize => {
@@ -503,7 +670,10 @@ fn check_endpoints(msg: &str, endpoints: &[QpEndpoint]) -> Result<(), String> {
 /// unchanged but makes an array an "invalid type" error. `codec::decode` applies the same to the
 /// whole payload.
 pub(crate) mod object_form {
-    use serde::de::{Deserialize, Deserializer, Visitor};
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
     use serde::forward_to_deserialize_any;
 
     pub fn deserialize<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -512,6 +682,44 @@ pub(crate) mod object_form {
         T: Deserialize<'de>,
     {
         T::deserialize(MapOnly(deserializer))
+    }
+
+    /// An optional object (`null` or absent: `None`).
+    pub fn option<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        let item = Option::<Object<T>>::deserialize(deserializer)?;
+        Ok(item.map(|Object(item)| item))
+    }
+
+    /// An object of strings, each key once: serde's maps keep the last of a repeated key without
+    /// a word, and a label given twice by a peer has no one right value.
+    pub fn unique_map<'de, D>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        struct Unique;
+        impl<'de> Visitor<'de> for Unique {
+            type Value = BTreeMap<String, String>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of strings")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((key, value)) = map.next_entry::<String, String>()? {
+                    if out.contains_key(&key) {
+                        return Err(de::Error::custom(format_args!("{key:?} is given twice")));
+                    }
+                    out.insert(key, value);
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(Unique)
     }
 
     /// A list of objects.

@@ -569,7 +569,7 @@ pub(crate) mod tests {
         let (mut p, mut r) = pair(KEY);
         let frame = p.sealer.seal(&Message::Close).unwrap();
         assert_eq!(hex(&frame), EXPECTED_CLOSE_FRAME);
-        let frame = r.sealer.seal(&Message::AuthOk).unwrap();
+        let frame = r.sealer.seal(&Message::AuthOk { identity: None }).unwrap();
         assert_eq!(hex(&frame), EXPECTED_AUTH_OK_FRAME);
     }
 

@@ -278,6 +278,7 @@ fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
 fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> ResponderSettings {
     ResponderSettings {
         node_name: config.node().to_owned(),
+        labels: paths::own_labels(config),
         devices: devices
             .iter()
             .map(|d| ServedDevice {

@@ -93,9 +93,10 @@ pub fn selector(config: &Config, devices: &[Device]) -> Selector {
     )
 }
 
-/// The node's labels for the selection: its own entry in `peers` (the list every node shares,
-/// so one file carries every node's ToR), overridden by `labels`.
-fn own_labels(config: &Config) -> Labels {
+/// The node's labels for the selection, and what its responder tells probers: its own entry in
+/// `peers` (the list every node shares, so one file carries every node's ToR), overridden by
+/// `labels`.
+pub fn own_labels(config: &Config) -> Labels {
     let mut labels: Labels = config
         .peers()
         .iter()

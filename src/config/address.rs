@@ -61,6 +61,18 @@ impl fmt::Display for HostPort {
     }
 }
 
+/// The `peer` label of a peer known by its address only: the host alone on the default control
+/// port (as `address: 10.0.0.2` is written), else `HOST:PORT`. It stays the peer's name for
+/// good: what the peer later says its name is goes to `rdma_probe_peer_info` (`peer_node`), so
+/// its series never move to other labels.
+pub fn address_name(address: &HostPort) -> String {
+    if address.port() == DEFAULT_CONTROL_PORT {
+        address.host()
+    } else {
+        address.to_string()
+    }
+}
+
 /// The forms [`parse_host_port`] accepts, for error messages.
 pub fn host_port_forms(default_port: u16) -> String {
     format!(

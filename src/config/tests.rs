@@ -356,6 +356,42 @@ peers:
 }
 
 #[test]
+fn a_peer_without_a_name_is_named_by_its_address() {
+    let c = ok(&minimal(
+        "peers:
+  - {address: 10.0.0.5}
+  - {address: '10.0.0.6:9999', labels: {tor: t2}}
+  - {address: node-c.example}
+  - {address: 'fd00::7'}
+  - {address: 10.0.0.8, mode: perftest}
+  - {name: named, address: 10.0.0.9}
+",
+    ));
+    let names: Vec<&str> = c.peers().iter().map(|p| p.name()).collect();
+    // The host alone on the default control port, else HOST:PORT (perftest's port is not the
+    // control port).
+    assert_eq!(
+        names,
+        [
+            "10.0.0.5",
+            "10.0.0.6:9999",
+            "node-c.example",
+            "fd00::7",
+            "10.0.0.8:18515",
+            "named"
+        ]
+    );
+    assert_eq!(c.peers()[0].address().to_string(), "10.0.0.5:18516");
+    assert_eq!(c.peers()[1].labels()["tor"], "t2");
+    // An address is known as this node only when it reads as the node's name; otherwise its
+    // responder tells its name at the first probe (docs/metrics.md, "Peer identity").
+    assert_eq!(c.active_peers().count(), 6);
+    let c = ok(&minimal("peers:\n  - {address: node1}\n"));
+    assert_eq!(c.peers()[0].name(), "node1");
+    assert_eq!(c.peers()[0].skipped(), Some(SkipReason::Itself));
+}
+
+#[test]
 fn listen_and_selection() {
     let c = ok(&minimal(
         "listen: {metrics: '127.0.0.1:9100', control: '[::]:18000'}
@@ -534,8 +570,10 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
         (format!("{n}defaults: {{burst: {{messages: 3}}}}\npeers:\n  - {{name: p, address: h, qps: 4}}\n"),
          Kind::Value, 5, 32, "peers[0].qps", "every QP needs at least one"),
         // Peers.
-        (format!("{n}peers:\n  - {{address: h}}\n"), Kind::Value, 4, 5, "peers[0].name",
-         "missing"),
+        (format!("{n}peers:\n  - {{labels: {{a: b}}}}\n"), Kind::Value, 4, 5, "peers[0].address",
+         "missing: every peer has an address"),
+        (format!("{n}peers:\n  - {{name: h, address: i}}\n  - {{address: h}}\n"), Kind::Value, 5,
+         15, "peers[1].address", "peer h is listed twice (first at line 4)"),
         (format!("{n}peers:\n  - {{name: p}}\n"), Kind::Value, 4, 5, "peers[0].address",
          "HOST:PORT"),
         (format!("{n}peers:\n  - {{name: p, address: 'h:0'}}\n"), Kind::Value, 4, 24,

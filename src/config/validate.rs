@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde_saphyr::Spanned;
 
 use super::address::{
-    host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT, PERFTEST_PORT,
+    address_name, host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT,
+    PERFTEST_PORT,
 };
 use super::error::{ConfigError, Origin, Pos};
 use super::file::{LabelMap, RawAuth, RawBurst, RawConfig, RawDevice, RawPeer, RawProbe, Scalar};
@@ -72,7 +73,10 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         ("", "exclude_devices") => s("a list of RDMA device names, e.g. [mlx5_8]"),
         ("", "defaults") => s("a mapping of probe settings (interval, burst, rate_limit, ...)"),
         ("", "peers") => s("a list of {name: NAME, address: HOST:PORT, ...}"),
-        ("peers", "name") => s("the peer's name (no spaces), unique in the file"),
+        ("peers", "name") => s(
+            "the peer's name (no spaces), unique in the file; optional: a peer without one is \
+             named by its address",
+        ),
         ("peers", "address") => Some(format!(
             "{} ({PERFTEST_PORT} with mode: perftest)",
             host_port_forms(DEFAULT_CONTROL_PORT)
@@ -689,22 +693,11 @@ impl Ctx<'_> {
             let path = format!("peers[{i}]");
             let p = &entry.value;
             let pos = self.pos(entry);
-            let name = match &p.name {
-                Some(n) => self.name(n, &join(&path, "name"))?,
-                None => return Err(self.invalid(pos, &join(&path, "name"), "missing")),
-            };
-            if let Some((_, first)) = out.iter().find(|(peer, _)| peer.name == name) {
-                let at = p.name.as_ref().map_or(pos, |n| self.pos(n));
-                return Err(self.refused(
-                    at,
-                    &join(&path, "name"),
-                    format!(
-                        "peer {name} is listed twice (first at line {}); peer names must be \
-                         unique, they name the metric series",
-                        first.line
-                    ),
-                ));
-            }
+            let given_name = p
+                .name
+                .as_ref()
+                .map(|n| self.name(n, &join(&path, "name")))
+                .transpose()?;
             let mode = match &p.mode {
                 None => PeerMode::Exporter,
                 Some(m) => {
@@ -729,13 +722,32 @@ impl Ctx<'_> {
             let address = match &p.address {
                 Some(a) => self.address(a, &join(&path, "address"), default_port)?,
                 None => {
-                    return Err(self.invalid(
-                        pos,
-                        &join(&path, "address"),
-                        format!("missing for peer {name}"),
-                    ))
+                    let what = match &given_name {
+                        Some(name) => format!("missing for peer {name}"),
+                        None => "missing: every peer has an address (and may have a name)".into(),
+                    };
+                    return Err(self.invalid(pos, &join(&path, "address"), what));
                 }
             };
+            // A peer without a name is named by its address, for good (docs/config.md).
+            let name = given_name.unwrap_or_else(|| address_name(&address));
+            if let Some((_, first)) = out.iter().find(|(peer, _)| peer.name == name) {
+                let (at, field) = match (&p.name, &p.address) {
+                    (Some(n), _) => (self.pos(n), "name"),
+                    (None, Some(a)) => (self.pos(a), "address"),
+                    (None, None) => (pos, "name"),
+                };
+                return Err(self.refused(
+                    at,
+                    &join(&path, field),
+                    format!(
+                        "peer {name} is listed twice (first at line {}); peer names must be \
+                         unique, they name the metric series (a peer without a name is named \
+                         by its address)",
+                        first.line
+                    ),
+                ));
+            }
             if let Some((other, first)) = out.iter().find(|(peer, _)| peer.address == address) {
                 let at = p.address.as_ref().map_or(pos, |a| self.pos(a));
                 return Err(self.refused(

@@ -18,6 +18,7 @@
 //!   the port and PCIe gauges.
 
 pub mod device;
+pub mod identity;
 pub mod paths;
 pub mod ports;
 pub mod service;

@@ -12,8 +12,10 @@ use tokio::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::device::{DeviceCommand, ProbeFinished};
+use super::identity::{peer_info_labels, PeerIdentities, Unmatched};
 use super::paths::{path_specs, selector, PathSpec};
 use crate::config::{Config, Device, Limits};
+use crate::control::message::Identity;
 use crate::control::AuthMode;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
@@ -60,6 +62,13 @@ pub struct Service {
     peer_devices: BTreeMap<PathKey, String>,
     /// Paths whose last probe failed: failures are logged when they start and end, not each time.
     failing: BTreeSet<PathKey>,
+    /// What each peer said about itself in the handshake (docs/metrics.md, "Peer identity").
+    identities: PeerIdentities,
+    /// Paths of the selection left out of the schedule by what their peer said, and why.
+    unmatched: BTreeMap<PathKey, Unmatched>,
+    /// Unmatched paths already logged: each is logged once, and again only after its peer
+    /// answered it in between.
+    announced: BTreeSet<PathKey>,
     workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
     events: mpsc::Sender<ProbeEvent>,
     /// Scheduler time is measured from here (tokio's clock, so tests can run it paused).
@@ -95,6 +104,9 @@ impl Service {
             regular_probes: BTreeMap::new(),
             peer_devices: BTreeMap::new(),
             failing: BTreeSet::new(),
+            identities: PeerIdentities::default(),
+            unmatched: BTreeMap::new(),
+            announced: BTreeSet::new(),
             workers: parts.workers,
             events: parts.events,
             epoch: Instant::now(),
@@ -135,6 +147,13 @@ impl Service {
                     None => std::future::pending().await,
                 }
             };
+            let recheck = self.next_recheck_at();
+            let recheck_due = async move {
+                match recheck {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -146,6 +165,7 @@ impl Service {
                     }
                 }
                 () = round_ends => self.next_round().await,
+                () = recheck_due => self.recheck().await,
                 () = sleep => {}
             }
         }
@@ -162,6 +182,22 @@ impl Service {
         // Tokio's clock and the wall clock may disagree by a little: look again shortly rather
         // than spin until the wall clock reaches the round.
         Some(Instant::now() + until.max(ROUND_RECHECK))
+    }
+
+    /// When what a peer said about a missing rail lapses, so its left-out paths are tried again
+    /// ([`super::identity::RECHECK`]).
+    fn next_recheck_at(&self) -> Option<Instant> {
+        let peers = self.unmatched.keys().map(|k| k.peer.as_str());
+        self.identities
+            .next_recheck(peers, self.now())
+            .map(|at| self.epoch + at)
+    }
+
+    /// Puts the paths back whose peer's word has lapsed: their next probe asks it again.
+    async fn recheck(&mut self) {
+        if let Err(e) = self.select_paths().await {
+            tracing::error!(error = %e, "the rechecked paths cannot be scheduled: keeping the previous ones");
+        }
     }
 
     /// A new round: the next sampled paths replace those that were probed.
@@ -247,6 +283,14 @@ impl Service {
         if !self.specs.contains_key(&key) {
             return; // removed by a reload while its burst ran: its series are gone
         }
+        if let Some(identity) = outcome.peer_identity.clone() {
+            self.learn_identity(&key.peer, identity, now).await;
+        }
+        if self.unmatched.contains_key(&key) {
+            // What the peer said took the path out of the schedule and its series off
+            // `/metrics`: this probe is neither a result nor a failure of the path.
+            return;
+        }
         if let Some(peer_device) = &outcome.peer_device {
             self.learn_peer_device(&key, peer_device).await;
         }
@@ -255,6 +299,95 @@ impl Service {
         let labels = self.labels(&key);
         self.emit(ProbeEvent::completed(labels, record)).await;
         self.emit_schedule(&key.device, now).await;
+    }
+
+    /// Keeps what `peer` said about itself: a change goes to its `peer_info`, and a path whose
+    /// verdict changed (a rail gained or lost, the peer is this node) enters or leaves the
+    /// schedule.
+    async fn learn_identity(&mut self, peer: &str, identity: Identity, now: Duration) {
+        if self.identities.learn(peer, identity, now) {
+            if let Some(said) = self.identities.get(peer) {
+                tracing::info!(peer, peer_node = %said.node, devices = %said.describe_devices(),
+                    "the peer told who it is");
+            }
+            if let Some(labels) = self.peer_info(peer) {
+                self.emit(ProbeEvent::PeerLabels {
+                    peer: peer.to_owned(),
+                    labels,
+                })
+                .await;
+            }
+        }
+        let node = self.config.node();
+        let changed = self
+            .specs
+            .keys()
+            .chain(self.unmatched.keys())
+            .filter(|k| k.peer == peer)
+            .any(|k| self.identities.unmatched(k, node, now) != self.unmatched.get(k).copied());
+        if changed {
+            if let Err(e) = self.select_paths().await {
+                tracing::error!(error = %e, "the paths cannot be scheduled after what a peer said: keeping the previous ones");
+            }
+        }
+    }
+
+    /// The `peer_info` labels of an active peer of the config.
+    fn peer_info(&self, peer: &str) -> Option<Vec<(String, String)>> {
+        let configured = self.config.active_peers().find(|p| p.name() == peer)?;
+        Some(peer_info_labels(
+            peer,
+            configured.labels(),
+            self.identities.get(peer),
+        ))
+    }
+
+    /// Takes the paths newly left out by what their peers said off `/metrics`, logs each once,
+    /// and counts them per device (`rdma_probe_schedule_skipped_paths`).
+    async fn note_unmatched(&mut self, unmatched: BTreeMap<PathKey, Unmatched>) {
+        for (key, why) in &unmatched {
+            if !self.unmatched.contains_key(key) {
+                let labels = self.labels(key);
+                self.peer_devices.remove(key);
+                self.failing.remove(key);
+                self.emit(ProbeEvent::ForgetPath(labels)).await;
+            }
+            if self.announced.insert(key.clone()) {
+                let said = self.identities.get(&key.peer);
+                let what = match why {
+                    Unmatched::NoRail => "the peer has no device on this path's rail",
+                    Unmatched::Itself => "the peer is this node",
+                };
+                tracing::warn!(path = %key, reason = why.as_str(),
+                    peer_node = said.map_or("", |i| i.node.as_str()),
+                    peer_devices = %said.map(Identity::describe_devices).unwrap_or_default(),
+                    "path not probed: {what} (logged once; rdma_probe_schedule_skipped_paths)");
+            }
+        }
+        let now = self.now();
+        let answered: Vec<PathKey> = self
+            .announced
+            .iter()
+            .filter(|k| self.specs.contains_key(*k) && self.identities.is_fresh(&k.peer, now))
+            .cloned()
+            .collect();
+        for key in answered {
+            self.announced.remove(&key);
+            tracing::info!(path = %key, "the peer now answers this path: probing it again");
+        }
+        self.unmatched = unmatched;
+        let mut counts = Vec::new();
+        for device in self.workers.keys() {
+            for why in Unmatched::ALL {
+                let n = self
+                    .unmatched
+                    .iter()
+                    .filter(|(k, w)| &k.device == device && **w == why)
+                    .count();
+                counts.push((device.clone(), why.as_str(), n as u64));
+            }
+        }
+        self.emit(ProbeEvent::SkippedPaths(counts)).await;
     }
 
     /// Labels follow the peer's answer: when its device on the rail changes (or is first
@@ -340,6 +473,8 @@ impl Service {
             .map(|p| p.name().to_owned())
             .collect();
         self.peer_devices.retain(|k, _| peers.contains(&k.peer));
+        self.identities.retain(&peers);
+        self.announced.retain(|k| peers.contains(&k.peer));
         self.emit(ProbeEvent::RetainPeers(peers)).await;
         let series = self.config.series();
         self.emit(ProbeEvent::SeriesBudget {
@@ -347,7 +482,8 @@ impl Service {
             ttl: series.ttl,
         })
         .await;
-        self.emit(ProbeEvent::Info(info_labels(&self.config))).await;
+        self.emit(ProbeEvent::Info(info_labels(&self.config, &self.identities)))
+            .await;
         Ok(())
     }
 
@@ -375,6 +511,25 @@ impl Service {
                     role: Role::Sampled,
                 }),
         );
+        // Paths their peer cannot answer, or that lead back to this node, are not scheduled; a
+        // sampled one waits no longer.
+        let now = self.now();
+        let mut unmatched = BTreeMap::new();
+        selected.retain(|s| {
+            match self
+                .identities
+                .unmatched(&s.key, self.config.node(), now)
+            {
+                Some(why) => {
+                    unmatched.insert(s.key.clone(), why);
+                    false
+                }
+                None => true,
+            }
+        });
+        for key in unmatched.keys() {
+            rotation.probed(key);
+        }
         let specs = path_specs(
             &self.config,
             &self.devices,
@@ -409,6 +564,7 @@ impl Service {
         }
         self.round = round;
         self.specs = specs;
+        self.note_unmatched(unmatched).await;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
         self.failing.retain(|k| self.specs.contains_key(k));
@@ -504,18 +660,15 @@ impl Service {
     }
 }
 
-/// The node's and each active peer's static labels, for `node_info` and `peer_info`.
-fn info_labels(config: &Config) -> InfoLabels {
+/// The node's static labels, and each active peer's with what it said about itself, for
+/// `node_info` and `peer_info`.
+fn info_labels(config: &Config, identities: &PeerIdentities) -> InfoLabels {
     let node = std::iter::once(("node".to_owned(), config.node().to_owned()))
         .chain(config.labels().iter().map(|(k, v)| (k.clone(), v.clone())))
         .collect();
     let peers = config
         .active_peers()
-        .map(|p| {
-            std::iter::once(("peer".to_owned(), p.name().to_owned()))
-                .chain(p.labels().iter().map(|(k, v)| (k.clone(), v.clone())))
-                .collect()
-        })
+        .map(|p| peer_info_labels(p.name(), p.labels(), identities.get(p.name())))
         .collect();
     InfoLabels { node, peers }
 }

@@ -333,6 +333,14 @@ pub enum ProbeEvent {
     Deferred(PathLabels, DeferReason),
     /// After a (re)load: the node's and the peers' static labels.
     Info(InfoLabels),
+    /// A peer's `peer_info` labels now: what it said about itself changed (docs/metrics.md,
+    /// "Peer identity"). Ignored for a peer that is not a candidate.
+    PeerLabels {
+        peer: String,
+        labels: Vec<(String, String)>,
+    },
+    /// Paths left out of the schedule by what their peer said, per (local device, reason).
+    SkippedPaths(Vec<(String, &'static str, u64)>),
     /// A local device's scheduling figures (docs/schedule.md, "Metrics").
     Schedule(DeviceScheduleFigures),
     /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
@@ -368,6 +376,12 @@ pub struct DeviceScheduleFigures {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceLabels {
     device: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkippedLabels {
+    device: String,
+    reason: &'static str,
 }
 
 /// The last state of one path, for the status page.
@@ -411,6 +425,7 @@ pub struct ProbeFamilies {
     node_info: Family<Vec<(String, String)>, Gauge>,
     peer_info: Family<Vec<(String, String)>, Gauge>,
     schedule_paths: Family<DeviceLabels, Gauge>,
+    schedule_skipped: Family<SkippedLabels, Gauge>,
     duty_cycle: Family<DeviceLabels, FloatGauge>,
     duty_cycle_budget: FloatGauge,
     demand: Family<DeviceLabels, FloatGauge>,
@@ -449,6 +464,7 @@ impl ProbeFamilies {
             node_info: Family::default(),
             peer_info: Family::default(),
             schedule_paths: Family::default(),
+            schedule_skipped: Family::default(),
             duty_cycle: Family::default(),
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
@@ -567,13 +583,20 @@ impl ProbeFamilies {
         );
         add!(
             "peer_info",
-            "Each configured peer's static labels; always 1",
+            "Each peer's static labels, and once it answered, the node name (peer_node) and \
+             labels it reported; always 1",
             f.peer_info.clone()
         );
         add!(
             "schedule_paths",
             "Paths probed from this local device",
             f.schedule_paths.clone()
+        );
+        add!(
+            "schedule_skipped_paths",
+            "Paths of this local device not probed because of what the peer reported: no device \
+             on the device's rail (no_rail), or the peer is this node (itself)",
+            f.schedule_skipped.clone()
         );
         add!(
             "schedule_duty_cycle_ratio",
@@ -766,6 +789,15 @@ impl ProbeRecorder {
                 self.account(&path, now);
             }
             ProbeEvent::Info(info) => self.on_info(info),
+            ProbeEvent::PeerLabels { peer, labels } => self.on_peer_labels(peer, labels),
+            ProbeEvent::SkippedPaths(counts) => {
+                for (device, reason, n) in counts {
+                    self.families
+                        .schedule_skipped
+                        .get_or_create(&SkippedLabels { device, reason })
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+            }
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
         }
@@ -796,6 +828,18 @@ impl ProbeRecorder {
             })
             .collect();
         self.refresh_peer_info();
+    }
+
+    /// A candidate's new `peer_info` labels replace its old ones (its series too, if shown).
+    fn on_peer_labels(&mut self, peer: String, labels: Vec<(String, String)>) {
+        let Some(old) = self.peer_labels.get_mut(&peer) else {
+            return;
+        };
+        if self.shown_peers.contains(&peer) {
+            self.families.peer_info.remove(old);
+            self.families.peer_info.get_or_create(&labels).set(1);
+        }
+        *old = labels;
     }
 
     /// `peer_info` for the peers selected or with a path on `/metrics`, no other: a cluster's

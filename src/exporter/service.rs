@@ -564,7 +564,6 @@ impl Service {
         }
         self.round = round;
         self.specs = specs;
-        self.note_unmatched(unmatched).await;
         self.regular_probes
             .retain(|k, _| self.specs.contains_key(k));
         self.failing.retain(|k| self.specs.contains_key(k));
@@ -588,6 +587,7 @@ impl Service {
             })
             .collect();
         self.emit(ProbeEvent::Selection(selection)).await;
+        self.note_unmatched(unmatched).await;
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;

@@ -1887,6 +1887,92 @@ mod tests {
     /// deferral) and prints the time and series count; asserts only that every path is there.
     /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
     #[test]
+    fn peer_info_gains_what_the_peer_said_and_never_the_path_labels() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let peer = "10.0.0.5";
+        recorder.apply(ProbeEvent::Info(InfoLabels {
+            node: vec![("node".into(), "n".into())],
+            peers: vec![vec![("peer".into(), peer.into())]],
+        }));
+        recorder.apply(ProbeEvent::Selection(
+            [(("mlx5_0".to_owned(), peer.to_owned()), true)].into(),
+        ));
+        let path = PathLabels {
+            device: "mlx5_0".into(),
+            peer: peer.into(),
+            peer_device: "mlx5_0".into(),
+        };
+        recorder.apply(ProbeEvent::completed(path.clone(), success(1e9)));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        // Never reached (or before its first answer): the peer label alone.
+        assert!(
+            text.contains(r#"rdma_probe_peer_info{peer="10.0.0.5"} 1"#),
+            "{text}"
+        );
+        let told = vec![
+            ("peer".to_owned(), peer.to_owned()),
+            ("peer_node".to_owned(), "node5".to_owned()),
+            ("tor".to_owned(), "t2".to_owned()),
+        ];
+        recorder.apply(ProbeEvent::PeerLabels {
+            peer: peer.into(),
+            labels: told,
+        });
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(
+            text.contains(r#"rdma_probe_peer_info{peer="10.0.0.5",peer_node="node5",tor="t2"} 1"#),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("rdma_probe_peer_info{").count(),
+            1,
+            "the old series went: {text}"
+        );
+        // The path keeps its labels: the address, not the name.
+        assert_eq!(
+            sample(
+                &text,
+                r#"rdma_probe_success{device="mlx5_0",peer="10.0.0.5",peer_device="mlx5_0"}"#
+            ),
+            Some(1.0)
+        );
+        assert!(!text.contains(r#"peer="node5""#), "{text}");
+        // A peer that is not a candidate (removed by a reload) gets no peer_info from a late word.
+        recorder.apply(ProbeEvent::PeerLabels {
+            peer: "gone".into(),
+            labels: vec![("peer".into(), "gone".into())],
+        });
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert!(!text.contains(r#"peer="gone""#), "{text}");
+    }
+
+    #[test]
+    fn skipped_paths_are_counted_per_device_and_reason() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        recorder.apply(ProbeEvent::SkippedPaths(vec![
+            ("mlx5_0".into(), "no_rail", 3),
+            ("mlx5_0".into(), "itself", 0),
+        ]));
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        assert_eq!(
+            sample(
+                &text,
+                r#"rdma_probe_schedule_skipped_paths{device="mlx5_0",reason="no_rail"}"#
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"rdma_probe_schedule_skipped_paths{device="mlx5_0",reason="itself"}"#
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[test]
     #[ignore = "benchmark: run by hand, see its doc comment"]
     fn render_1000_paths() {
         let metrics = Metrics::for_exporter();

@@ -28,8 +28,9 @@ peers:
   - {name: node3, address: 192.0.2.13}
 ";
 
-/// The stand-in answers every probe of node2 with a success on its device `mlx5_7`, and every
-/// probe of another peer with a `connect` failure (that peer is down).
+/// The stand-in answers every probe of node2 with a success on its device `mlx5_7`, the peers
+/// known by address as [`told`] says, and every probe of another peer with a `connect` failure
+/// (that peer is down).
 async fn scripted_worker(
     mut commands: mpsc::Receiver<DeviceCommand>,
     finished: mpsc::Sender<ProbeFinished>,
@@ -45,7 +46,9 @@ async fn scripted_worker(
             continue;
         };
         kept_warm.lock().unwrap().push(keep_warm);
-        let outcome = if spec.key.peer == "node2" {
+        let outcome = if let Some(outcome) = told(&spec.key.peer) {
+            outcome
+        } else if spec.key.peer == "node2" {
             ProbeOutcome {
                 report: Some(report()),
                 target_bandwidth_bytes_per_second: Some(125e6),
@@ -69,6 +72,42 @@ async fn scripted_worker(
         if finished.send(done).await.is_err() {
             return;
         }
+    }
+}
+
+/// Peers known by their address only, and what they say about themselves: 192.0.2.14 is node4
+/// with a device on rail 0 (the test node's rail); 192.0.2.15 is node5 with its only device on
+/// rail 5, so the prober asks it for no session (`no_device`, as `prober::check_rail` says);
+/// 192.0.2.16 is the test node itself.
+fn told(peer: &str) -> Option<ProbeOutcome> {
+    use crate::control::message::{Identity, IdentityDevice};
+    let identity = |node: &str, rail| Identity {
+        node: node.into(),
+        labels: [("tor".to_owned(), "t9".to_owned())].into(),
+        devices: vec![IdentityDevice {
+            name: "mlx5_3".into(),
+            port: 1,
+            rail: Some(rail),
+        }],
+    };
+    let success = |identity| ProbeOutcome {
+        report: Some(report()),
+        target_bandwidth_bytes_per_second: Some(125e6),
+        peer_device: Some("mlx5_3".into()),
+        validated: true,
+        peer_identity: Some(identity),
+        ..ProbeOutcome::default()
+    };
+    match peer {
+        "192.0.2.14" => Some(success(identity("node4", 0))),
+        "192.0.2.15" => Some(ProbeOutcome {
+            error: Some(ErrorReason::NoDevice),
+            message: Some("peer node5 has no device on rail 0".into()),
+            peer_identity: Some(identity("node5", 5)),
+            ..ProbeOutcome::default()
+        }),
+        "192.0.2.16" => Some(success(identity("node1", 0))),
+        _ => None,
     }
 }
 
@@ -396,4 +435,111 @@ async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
     assert!(events
         .iter()
         .any(|e| matches!(e, ProbeEvent::Selection(s) if s.len() == 2 && s.values().all(|p| *p))));
+}
+
+/// The config's peers plus three known by their address only (see [`told`]).
+fn with_address_only_peers() -> String {
+    format!("{CONFIG}  - {{address: 192.0.2.14}}\n  - {{address: 192.0.2.15}}\n  - {{address: 192.0.2.16}}\n")
+}
+
+fn skipped(events: &[ProbeEvent]) -> Option<&Vec<(String, &'static str, u64)>> {
+    events.iter().rev().find_map(|e| match e {
+        ProbeEvent::SkippedPaths(counts) => Some(counts),
+        _ => None,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_known_by_address_keeps_its_label_and_its_identity_goes_to_peer_info() {
+    let mut h = Harness::start("identity").await;
+    h.reload(&with_address_only_peers())
+        .await
+        .expect("a good file is taken");
+    let events = h
+        .events_until(|e| completed(e, "192.0.2.14").len() >= 3)
+        .await;
+    // Before its first answer its peer_info has the peer label alone.
+    assert!(events.iter().any(|e| matches!(e, ProbeEvent::Info(i)
+        if i.peers.contains(&vec![("peer".to_owned(), "192.0.2.14".to_owned())]))));
+    // Every result stays under the address; the name it said goes to peer_info.
+    for (l, r) in completed(&events, "192.0.2.14") {
+        assert_eq!(l, &labels("192.0.2.14", "mlx5_3"));
+        assert!(matches!(r.result, ProbeResult::Success { .. }), "{r:?}");
+    }
+    let told: Vec<&Vec<(String, String)>> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProbeEvent::PeerLabels { peer, labels } if peer == "192.0.2.14" => Some(labels),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "told once, unchanged after: {told:?}");
+    let pairs: Vec<(&str, &str)> = told[0].iter().map(|(k, v)| (&**k, &**v)).collect();
+    assert_eq!(
+        pairs,
+        [("peer", "192.0.2.14"), ("peer_node", "node4"), ("tor", "t9")]
+    );
+    // A reload keeps what peers said.
+    h.reload(&with_address_only_peers())
+        .await
+        .expect("a good file is taken");
+    let events = h
+        .events_until(|e| e.iter().any(|e| matches!(e, ProbeEvent::Info(_))))
+        .await;
+    let Some(ProbeEvent::Info(info)) = events.iter().rev().find(|e| matches!(e, ProbeEvent::Info(_)))
+    else {
+        unreachable!()
+    };
+    assert!(
+        info.peers.iter().any(|p| p.contains(&("peer_node".to_owned(), "node4".to_owned()))),
+        "{info:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn paths_the_peer_cannot_answer_or_to_this_node_leave_the_schedule_and_come_back_for_a_recheck(
+) {
+    let mut h = Harness::start("unmatched").await;
+    h.reload(&with_address_only_peers())
+        .await
+        .expect("a good file is taken");
+    let started = tokio::time::Instant::now();
+    let mut events = h
+        .events_until(|e| {
+            !attempts(e, "192.0.2.15").is_empty()
+                && !attempts(e, "192.0.2.16").is_empty()
+                && skipped(e).is_some_and(|s| s.iter().all(|(_, _, n)| *n == 1))
+        })
+        .await;
+    let counts = skipped(&events).unwrap();
+    assert!(counts.contains(&("rxe0".to_owned(), "no_rail", 1)), "{counts:?}");
+    assert!(counts.contains(&("rxe0".to_owned(), "itself", 1)), "{counts:?}");
+    // Neither counts as a result of its path: no failure, no success, and its series go.
+    for peer in ["192.0.2.15", "192.0.2.16"] {
+        assert!(completed(&events, peer).is_empty(), "{peer}: {events:#?}");
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, ProbeEvent::ForgetPath(l) if l.peer == peer)),
+            "{peer}"
+        );
+    }
+    // For the rest of the recheck period neither is probed again; then the missing rail is
+    // asked once more (and is still missing), while this node stays out for good.
+    while started.elapsed() < super::super::identity::RECHECK + Duration::from_secs(120) {
+        events.extend(
+            h.events_until(|e| !completed(e, "node2").is_empty())
+                .await,
+        );
+    }
+    assert_eq!(attempts(&events, "192.0.2.15").len(), 2, "{:?}", attempts(&events, "192.0.2.15"));
+    assert_eq!(attempts(&events, "192.0.2.16").len(), 1);
+    assert!(completed(&events, "192.0.2.15").is_empty());
+    assert_eq!(
+        skipped(&events).unwrap(),
+        &vec![
+            ("rxe0".to_owned(), "no_rail", 1),
+            ("rxe0".to_owned(), "itself", 1)
+        ]
+    );
 }

@@ -1187,15 +1187,24 @@ mod tests {
         // limit has proved the key all the same.
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
         let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(&mut first, "node-a", &AuthMode::None, Duration::from_secs(2))
-            .await
-            .unwrap();
+        client_handshake(
+            &mut first,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
         let _held = results.recv().await.unwrap().unwrap();
         let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let told_second =
-            client_handshake(&mut second, "node-b", &AuthMode::None, Duration::from_secs(2))
-                .await
-                .unwrap();
+        let told_second = client_handshake(
+            &mut second,
+            "node-b",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
         assert_eq!(told_second, Some(told()));
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
@@ -1208,7 +1217,9 @@ mod tests {
 
     #[test]
     fn the_identity_keeps_what_the_protocol_takes_and_says_what_it_left_out() {
-        let mut labels: Labels = (0..40).map(|i| (format!("l{i:02}"), "v".to_owned())).collect();
+        let mut labels: Labels = (0..40)
+            .map(|i| (format!("l{i:02}"), "v".to_owned()))
+            .collect();
         labels.insert("empty".into(), String::new());
         let devices = (0..34).map(|i| IdentityDevice {
             name: format!("mlx5_{i}"),
@@ -1220,8 +1231,14 @@ mod tests {
         assert_eq!(identity.labels.len(), 32);
         assert_eq!(identity.devices.len(), 32);
         assert_eq!(left_out.len(), 1 + 8 + 2, "{left_out:?}");
-        assert!(left_out[0].contains("labels.empty is empty"), "{left_out:?}");
-        assert!(left_out.iter().any(|w| w.contains("device mlx5_33")), "{left_out:?}");
+        assert!(
+            left_out[0].contains("labels.empty is empty"),
+            "{left_out:?}"
+        );
+        assert!(
+            left_out.iter().any(|w| w.contains("device mlx5_33")),
+            "{left_out:?}"
+        );
         let (identity, _) = NodeIdentity::bounded("node a", &Labels::new(), []);
         assert!(identity.validate().is_err());
     }

@@ -188,7 +188,11 @@ fn identity(u: &mut Unstructured) -> Result<Identity> {
                 1 => text(u)?,
                 _ => format!("label_{i}"),
             };
-            let value = if u.ratio(3, 4)? { name_or_text(u)? } else { text(u)? };
+            let value = if u.ratio(3, 4)? {
+                name_or_text(u)?
+            } else {
+                text(u)?
+            };
             Ok((name, value))
         })
         .collect::<Result<_>>()?;

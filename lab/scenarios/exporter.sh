@@ -5,7 +5,9 @@
 #     errors_total for node3 only, and success 1 again after node3 restarts;
 #  3. node1 reloads: a file without node2 removes node2's series; a broken file keeps the old
 #     config probing with config_reload_success 0 (POST /-/reload answers 400); a good file is
-#     taken with POST /-/reload and SIGHUP leaves the exporter running;
+#     taken with POST /-/reload and SIGHUP leaves the exporter running; a file that gives node1
+#     and node2 by address alone labels node2's path with its address and its peer_info with
+#     the name it reports, and skips node1's own address once it said who it is;
 #  4. node1 probes node2 with 5 s bursts and gets SIGTERM in the middle of one: it exits 0
 #     within 2 s, and node2's responder keeps serving node3.
 bin=rdma-probe-exporter
@@ -14,8 +16,9 @@ url=http://127.0.0.1:9587
 config=/tmp/exporter.yaml
 
 # write_config [PEER...]: the exporter's config with these peers (default: all three, this node
-# included: it is skipped). INTERVAL, BURST and DUTY override the schedule. Written to a new file
-# and renamed over the old one, as editors and ConfigMap updates do.
+# included: it is skipped). INTERVAL, BURST and DUTY override the schedule; the peers in
+# BY_ADDRESS are written by address alone, without a name or labels. Written to a new file and
+# renamed over the old one, as editors and ConfigMap updates do.
 write_config() {
   local peers=("$@") p
   [ ${#peers[@]} -gt 0 ] || peers=(node1 node2 node3)
@@ -38,7 +41,13 @@ defaults:
   timeout: 5s
 peers:
 EOF
-    for p in "${peers[@]}"; do echo "  - {name: $p, address: $(lab_addr "$p"):18516, labels: {rack: r$p}}"; done
+    for p in "${peers[@]}"; do
+      if [[ " ${BY_ADDRESS:-} " == *" $p "* ]]; then
+        echo "  - {address: $(lab_addr "$p"):18516}"
+      else
+        echo "  - {name: $p, address: $(lab_addr "$p"):18516, labels: {rack: r$p}}"
+      fi
+    done
   } >"$config.new" && mv "$config.new" "$config"
 }
 
@@ -144,6 +153,17 @@ if [ "$LAB_NODE" = node1 ]; then
   lab_result alive_after_sighup "$(kill -0 "$exporter_pid" 2>/dev/null && echo yes || echo no)"
   lab_result sighup_logged "$(grep -c 'SIGHUP: reloading' exporter.log)"
   wait_for "node2 probed again" 60 is "$(success node2)" 1 || exit 1
+  # Peers by address alone (docs/metrics.md, "Peer identity").
+  BY_ADDRESS="node1 node2" write_config
+  lab_result node1_address "$(lab_addr node1)"
+  lab_result node2_address "$(lab_addr node2)"
+  wait_for "node2 probed by its address" 60 is "$(success "$(lab_addr node2)")" 1 || exit 1
+  wait_for "node1's own address skipped" 60 \
+    is 'rdma_probe_schedule_skipped_paths{device="rxe0",reason="itself"}' 1 || exit 1
+  scrape >metrics-by-address.txt
+  lab_result itself_logged "$(grep -c 'path not probed: the peer is this node' exporter.log)"
+  write_config
+  wait_for "node2 probed by name again" 60 is "$(success node2)" 1 || exit 1
 fi
 lab_barrier reloads-done
 

@@ -14,8 +14,7 @@ use std::time::Duration;
 use serde_saphyr::Spanned;
 
 use super::address::{
-    address_name, host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT,
-    PERFTEST_PORT,
+    address_name, host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT, PERFTEST_PORT,
 };
 use super::error::{ConfigError, Origin, Pos};
 use super::file::{LabelMap, RawAuth, RawBurst, RawConfig, RawDevice, RawPeer, RawProbe, Scalar};
@@ -34,7 +33,8 @@ const MAX_NAME_LEN: usize = 253;
 /// Label names the exporter sets itself on its metrics; a static label with one of these names
 /// would clash with them in joins (`peer_node`: the node name a peer reports, on
 /// `rdma_probe_peer_info`).
-pub const RESERVED_LABELS: &[&str] = &["node", "peer", "peer_node", "device", "peer_device", "port"];
+pub const RESERVED_LABELS: &[&str] =
+    &["node", "peer", "peer_node", "device", "peer_device", "port"];
 
 /// What a field accepts, by field path (`peers[2].rate_limit`), for error messages.
 pub(crate) fn field_help(path: &str) -> Option<String> {

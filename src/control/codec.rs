@@ -1081,7 +1081,9 @@ pub(crate) mod tests {
                 id.devices.push(id.devices[0].clone());
             }),
             ("identity.node is empty", |id| id.node.clear()),
-            ("identity.node contains \\u{20}", |id| id.node = "a b".into()),
+            ("identity.node contains \\u{20}", |id| {
+                id.node = "a b".into()
+            }),
             ("identity.node is 256 bytes long", |id| {
                 id.node = "n".repeat(MAX_NAME_LEN + 1)
             }),

@@ -772,7 +772,13 @@ mod tests {
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let mut conn = Connection::new(s).unwrap();
-            server_handshake(&mut conn, &psk("a shared key of enough length"), None, DEADLINE).await
+            server_handshake(
+                &mut conn,
+                &psk("a shared key of enough length"),
+                None,
+                DEADLINE,
+            )
+            .await
         });
         // Act as a v1 prober (frames in clear after the handshake): raw stream, v1 frame.
         let mut raw = TcpStream::connect(&addr).await.unwrap();

@@ -18,7 +18,9 @@
 //! carries only a node name, nonces and MACs. QP numbers, rkeys and addresses travel in
 //! `SessionRequest`/`SessionAccept`, which a caller sends only after [`client_handshake`] /
 //! [`server_handshake`] returned `Ok`, and from then on every frame is protected (unless both
-//! ends run with `auth: none`).
+//! ends run with `auth: none`). The responder's identity (node name, labels, devices and rails)
+//! travels in `AuthOk`, the first protected frame, so only a prober that proved the key learns
+//! it.
 
 pub mod auth;
 pub mod codec;
@@ -32,6 +34,6 @@ pub use auth::{AuthMode, Keys, Psk, PskError};
 pub use codec::{decode, encode, CodecError, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use connection::{client_handshake, connect, server_handshake, Connection, ControlError};
 pub use message::{
-    BurstOutcome, BurstResult, Message, QpEndpoint, RemoteRegion, SessionAccept, SessionRequest,
-    MAX_QPS,
+    BurstOutcome, BurstResult, Identity, IdentityDevice, Message, QpEndpoint, RemoteRegion,
+    SessionAccept, SessionRequest, MAX_QPS,
 };

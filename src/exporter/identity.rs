@@ -61,10 +61,7 @@ impl PeerIdentities {
     /// Records what `peer` said at `now`; `true` when it differs from what it said before (or it
     /// said nothing before).
     pub fn learn(&mut self, peer: &str, identity: Identity, now: Duration) -> bool {
-        let changed = self
-            .heard
-            .get(peer)
-            .is_none_or(|h| h.identity != identity);
+        let changed = self.heard.get(peer).is_none_or(|h| h.identity != identity);
         self.heard
             .insert(peer.to_owned(), Heard { identity, at: now });
         changed
@@ -171,20 +168,32 @@ mod tests {
     fn a_path_on_a_rail_the_peer_lacks_is_unmatched_until_the_verdict_lapses() {
         let mut ids = PeerIdentities::default();
         let rail = |r| PathKey::new("mlx5_0", "10.0.0.5", r);
-        assert_eq!(ids.unmatched(&rail(Some(1)), "node1", MIN), None, "never heard");
+        assert_eq!(
+            ids.unmatched(&rail(Some(1)), "node1", MIN),
+            None,
+            "never heard"
+        );
         assert!(ids.learn("10.0.0.5", said("node5", &[Some(0)]), MIN));
         assert_eq!(ids.unmatched(&rail(Some(0)), "node1", MIN), None);
         assert_eq!(
             ids.unmatched(&rail(Some(1)), "node1", MIN),
             Some(Unmatched::NoRail)
         );
-        assert_eq!(ids.unmatched(&rail(None), "node1", MIN), None, "first device");
+        assert_eq!(
+            ids.unmatched(&rail(None), "node1", MIN),
+            None,
+            "first device"
+        );
         assert_eq!(
             ids.next_recheck(["10.0.0.5", "other"], MIN),
             Some(MIN + RECHECK)
         );
         let later = MIN + RECHECK;
-        assert_eq!(ids.unmatched(&rail(Some(1)), "node1", later), None, "tried again");
+        assert_eq!(
+            ids.unmatched(&rail(Some(1)), "node1", later),
+            None,
+            "tried again"
+        );
         assert_eq!(ids.next_recheck(["10.0.0.5"], later), None);
         // Told again, unchanged: not a change, but fresh again.
         assert!(!ids.learn("10.0.0.5", said("node5", &[Some(0)]), later));

@@ -482,8 +482,11 @@ impl Service {
             ttl: series.ttl,
         })
         .await;
-        self.emit(ProbeEvent::Info(info_labels(&self.config, &self.identities)))
-            .await;
+        self.emit(ProbeEvent::Info(info_labels(
+            &self.config,
+            &self.identities,
+        )))
+        .await;
         Ok(())
     }
 
@@ -515,18 +518,15 @@ impl Service {
         // sampled one waits no longer.
         let now = self.now();
         let mut unmatched = BTreeMap::new();
-        selected.retain(|s| {
-            match self
-                .identities
-                .unmatched(&s.key, self.config.node(), now)
-            {
+        selected.retain(
+            |s| match self.identities.unmatched(&s.key, self.config.node(), now) {
                 Some(why) => {
                     unmatched.insert(s.key.clone(), why);
                     false
                 }
                 None => true,
-            }
-        });
+            },
+        );
         for key in unmatched.keys() {
             rotation.probed(key);
         }

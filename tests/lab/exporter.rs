@@ -1,6 +1,6 @@
 //! The exporter (`run --config`) on three lab nodes: every path measured and exported, a peer
-//! that goes away and comes back, reloads (a removed peer, a broken file), and SIGTERM in the
-//! middle of a burst (lab/scenarios/exporter.sh).
+//! that goes away and comes back, reloads (a removed peer, a broken file, peers by address
+//! alone), and SIGTERM in the middle of a burst (lab/scenarios/exporter.sh).
 
 use std::collections::BTreeMap;
 
@@ -166,6 +166,39 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
     assert_eq!(result(&run, "node1", "good_post_status"), "200");
     assert_eq!(result(&run, "node1", "alive_after_sighup"), "yes");
     assert_eq!(result(&run, "node1", "sighup_logged"), "1");
+    // Peers by address alone: node2's path under its address, its name in peer_info; node1's own
+    // address skipped once it said who it is.
+    let by_address = run.file("node1", "metrics-by-address.txt");
+    promtool::assert_promtool_accepts(&by_address);
+    let s = samples(&by_address);
+    let (node1_address, node2_address) = (
+        result(&run, "node1", "node1_address"),
+        result(&run, "node1", "node2_address"),
+    );
+    assert_eq!(
+        s.get(&path("rdma_probe_success", &node2_address)),
+        Some(&1.0),
+        "{by_address}"
+    );
+    assert_eq!(
+        s.get(&format!(
+            "rdma_probe_peer_info{{peer=\"{node2_address}\",peer_node=\"node2\",lab=\"soft-roce\",rack=\"rnode2\"}}"
+        )),
+        Some(&1.0),
+        "node2 told its name and labels:\n{by_address}"
+    );
+    assert!(
+        !by_address.contains(&format!("peer=\"{node1_address}\",peer_device")),
+        "no path to node1 itself:\n{by_address}"
+    );
+    assert_eq!(
+        s.get("rdma_probe_schedule_skipped_paths{device=\"rxe0\",reason=\"itself\"}"),
+        Some(&1.0)
+    );
+    assert_eq!(result(&run, "node1", "itself_logged"), "1");
+    eprintln!(
+        "node1: node2 by address {node2_address} -> peer_node=\"node2\"; its own address {node1_address} skipped"
+    );
 
     // 4. SIGTERM during a 5 s burst: exit 0 within 2 s; node2 keeps serving node3.
     let stop = seconds(&run, "node1", "midburst_stop_seconds");

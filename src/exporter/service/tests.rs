@@ -477,7 +477,11 @@ async fn a_peer_known_by_address_keeps_its_label_and_its_identity_goes_to_peer_i
     let pairs: Vec<(&str, &str)> = told[0].iter().map(|(k, v)| (&**k, &**v)).collect();
     assert_eq!(
         pairs,
-        [("peer", "192.0.2.14"), ("peer_node", "node4"), ("tor", "t9")]
+        [
+            ("peer", "192.0.2.14"),
+            ("peer_node", "node4"),
+            ("tor", "t9")
+        ]
     );
     // A reload keeps what peers said.
     h.reload(&with_address_only_peers())
@@ -486,12 +490,17 @@ async fn a_peer_known_by_address_keeps_its_label_and_its_identity_goes_to_peer_i
     let events = h
         .events_until(|e| e.iter().any(|e| matches!(e, ProbeEvent::Info(_))))
         .await;
-    let Some(ProbeEvent::Info(info)) = events.iter().rev().find(|e| matches!(e, ProbeEvent::Info(_)))
+    let Some(ProbeEvent::Info(info)) = events
+        .iter()
+        .rev()
+        .find(|e| matches!(e, ProbeEvent::Info(_)))
     else {
         unreachable!()
     };
     assert!(
-        info.peers.iter().any(|p| p.contains(&("peer_node".to_owned(), "node4".to_owned()))),
+        info.peers
+            .iter()
+            .any(|p| p.contains(&("peer_node".to_owned(), "node4".to_owned()))),
         "{info:?}"
     );
 }
@@ -512,8 +521,14 @@ async fn paths_the_peer_cannot_answer_or_to_this_node_leave_the_schedule_and_com
         })
         .await;
     let counts = skipped(&events).unwrap();
-    assert!(counts.contains(&("rxe0".to_owned(), "no_rail", 1)), "{counts:?}");
-    assert!(counts.contains(&("rxe0".to_owned(), "itself", 1)), "{counts:?}");
+    assert!(
+        counts.contains(&("rxe0".to_owned(), "no_rail", 1)),
+        "{counts:?}"
+    );
+    assert!(
+        counts.contains(&("rxe0".to_owned(), "itself", 1)),
+        "{counts:?}"
+    );
     // Neither counts as a result of its path: no failure, no success, and its series go.
     for peer in ["192.0.2.15", "192.0.2.16"] {
         assert!(completed(&events, peer).is_empty(), "{peer}: {events:#?}");
@@ -527,12 +542,14 @@ async fn paths_the_peer_cannot_answer_or_to_this_node_leave_the_schedule_and_com
     // For the rest of the recheck period neither is probed again; then the missing rail is
     // asked once more (and is still missing), while this node stays out for good.
     while started.elapsed() < super::super::identity::RECHECK + Duration::from_secs(120) {
-        events.extend(
-            h.events_until(|e| !completed(e, "node2").is_empty())
-                .await,
-        );
+        events.extend(h.events_until(|e| !completed(e, "node2").is_empty()).await);
     }
-    assert_eq!(attempts(&events, "192.0.2.15").len(), 2, "{:?}", attempts(&events, "192.0.2.15"));
+    assert_eq!(
+        attempts(&events, "192.0.2.15").len(),
+        2,
+        "{:?}",
+        attempts(&events, "192.0.2.15")
+    );
     assert_eq!(attempts(&events, "192.0.2.16").len(), 1);
     assert!(completed(&events, "192.0.2.15").is_empty());
     assert_eq!(

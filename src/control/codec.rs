@@ -1073,7 +1073,7 @@ pub(crate) mod tests {
     #[test]
     fn identities_beyond_the_limits_or_with_bad_values_are_refused() {
         type Spoil = fn(&mut Identity);
-        let cases: [(&str, Spoil); 13] = [
+        let cases: [(&str, Spoil); 15] = [
             ("labels has 33 entries, at most 32", |id| {
                 id.labels.insert("one_more".into(), "x".into());
             }),
@@ -1094,6 +1094,15 @@ pub(crate) mod tests {
             ("is not a valid label name", |id| {
                 id.labels.clear();
                 id.labels.insert("9lives".into(), "x".into());
+            }),
+            ("is not a valid label name", |id| {
+                id.labels.clear();
+                id.labels
+                    .insert("a\u{202e}\u{2028}b\u{1b}".into(), "x".into());
+            }),
+            ("is not a valid label name", |id| {
+                id.labels.clear();
+                id.labels.insert("a b=c".into(), "x".into());
             }),
             ("a label the exporter sets itself", |id| {
                 id.labels.clear();

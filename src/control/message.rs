@@ -304,7 +304,10 @@ fn check_label(field: &str, name: &str, value: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    crate::config::check_label_name(name).map_err(|e| format!("{field}: {e}"))?;
+    // The config's rule quotes the name; escaped again so that no character of it gets through
+    // whatever `Debug` leaves as it is.
+    crate::config::check_label_name(name)
+        .map_err(|e| format!("{field}: {}", escape_unsafe_chars(&e)))?;
     let field = format!("{field}.{name}");
     if value.is_empty() {
         return Err(format!("{field} is empty"));

@@ -17,7 +17,7 @@
 #   - the image's binary without IPC_LOCK in the bounding set: the kernel refuses to start it;
 #   - the plain binary (no file capability) as an unprivileged user with no capability at all,
 #     as the systemd unit runs it: with RLIMIT_MEMLOCK unlimited a probe succeeds, at 64 KiB it
-#     fails.
+#     refuses to start, naming the limit.
 set -u
 R=/tmp/image
 url=http://127.0.0.1:9587

@@ -125,6 +125,13 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
         plan = ?action.plan,
         "probing"
     );
+    // A probe pins one session's region: refuse up front with the limit and the fix, rather
+    // than fail in memory registration with a bare ENOMEM.
+    memlock::check(
+        Need::default().probing([prober::session_region_bytes(&action.settings)]),
+        Allowance::current(),
+        "--message-size and --messages (or --tx-depth)",
+    )?;
     let mut failed = false;
     let mut print = |outcome: &prober::ProbeOutcome| -> anyhow::Result<()> {
         let mut stdout = std::io::stdout().lock();

@@ -1,8 +1,10 @@
 //! One exporter through 500 successful and 500 failed bursts, a port down and up
 //! (lab/scenarios/leaks.sh): every failure is a real RDMA failure on a real session (node1's
-//! RoCE packets are dropped, its TCP passes), the port going down gives `port_down` quickly, and afterwards
-//! the exporter's RDMA resources, file descriptors and threads are back at their baseline, its
-//! RSS near it, and the responder's resources too.
+//! RoCE packets are dropped, its TCP passes), the port going down gives `port_down` quickly, and
+//! afterwards the exporter's RDMA resources, file descriptors and threads are back at their
+//! baseline, its RSS near it, and the responder's resources too. The long run is a script's
+//! (`scripts/lab-leaks`); a short one (20 and 20, lab/scenarios/faults-exporter.sh) runs with
+//! every test run.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,24 @@ fn fields(line: &str) -> BTreeMap<String, u64> {
 #[ignore = "long: scripts/lab-leaks runs it"]
 fn five_hundred_failed_and_successful_bursts_leak_nothing() {
     let run = support::run("leaks", 2, "leaks.sh", &[std::path::Path::new(BIN)], 1800);
+    assert_faults_handled_without_leaks(&run, 500, 500);
+}
+
+/// The same scenario in short (20 and 20 bursts, about a minute): the faults part of it on every
+/// test run.
+#[test]
+fn unreachable_peer_and_port_down_fail_fast_and_recover() {
+    let run = support::run(
+        "faults-exporter",
+        2,
+        "faults-exporter.sh",
+        &[std::path::Path::new(BIN)],
+        600,
+    );
+    assert_faults_handled_without_leaks(&run, 20, 20);
+}
+
+fn assert_faults_handled_without_leaks(run: &support::LabRun, successes: u64, failures: u64) {
     eprintln!("---- node1 ----\n{}", run.log("node1"));
     run.assert_success();
     let results = run.results("node1");
@@ -43,13 +63,22 @@ fn five_hundred_failed_and_successful_bursts_leak_nothing() {
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
     let totals = fields(&results["totals"]);
-    assert!(totals["success"] >= 540, "{results:?}");
-    assert!(totals["failure"] >= 500, "{results:?}");
-    // The failures are the RDMA layer's, not setup's: node2 dropped only RoCE packets.
+    // The warm-up, the successes, and 20 after each recovery.
+    assert!(totals["success"] >= successes + 40, "{results:?}");
+    assert!(totals["failure"] >= failures, "{results:?}");
+    // The failures are the RDMA layer's, not setup's: node1's RoCE packets were dropped, its TCP
+    // passed, so every session was set up and its burst found the peer silent.
     let reasons = fields(&results["failure_reasons"]);
     assert!(
-        reasons["wc_retry_exceeded"] + reasons["timeout"] >= 500,
+        reasons["wc_retry_exceeded"] + reasons["timeout"] >= failures,
         "{results:?}"
+    );
+    // Each failure is known within the burst's timeout (3 s), not after a hang: the failures
+    // took about 0.1 s each plus the 150 ms interval.
+    let failing: u64 = results["failures_seconds"].parse().unwrap();
+    assert!(
+        failing <= failures * 3,
+        "{failures} failures took {failing} s: longer than their timeouts"
     );
     let port_down: u64 = results["port_down_seconds"].parse().unwrap();
     assert!(port_down <= 15, "port_down after {port_down} s");

@@ -178,7 +178,10 @@ pub async fn run(
         peers = config.active_peers().count(),
         "exporter running"
     );
-    let service = service::Service::start(service::ServiceParts {
+    let discovery = config.discovery().map(|d| {
+        crate::discovery::spawn(d, config.listen().control.port(), metrics.discovery.clone())
+    });
+    let mut service = service::Service::start(service::ServiceParts {
         config_path,
         config,
         devices,
@@ -188,6 +191,9 @@ pub async fn run(
         events,
     })
     .await;
+    if let Some((peers, _)) = &discovery {
+        service = service.with_discovery(peers.clone());
+    }
     probing.set(true);
     // The responder ending on its own (its device failed) ends the exporter too.
     let responder_result = tokio::select! {
@@ -199,6 +205,7 @@ pub async fn run(
     let _ = stop.send(true);
     watcher.abort();
     port_facts.abort();
+    drop(discovery);
     let workers_done = async {
         for task in worker_tasks {
             let _ = task.await;

@@ -410,7 +410,11 @@ async fn discovered_peers_and_their_source_show_on_metrics() {
         .expect("the file is read at once")
         .unwrap();
     let names: Vec<String> = peers.borrow().iter().map(|p| p.name.clone()).collect();
-    assert_eq!(names, ["198.51.100.2", "gpu-b"], "127.0.0.1:18516 is this node");
+    assert_eq!(
+        names,
+        ["198.51.100.2", "gpu-b"],
+        "127.0.0.1:18516 is this node"
+    );
 
     let text = get(server.addr, "/metrics", None).await.body;
     let source = format!("source=\"file:{}/*.yaml\"", dir.display());
@@ -424,8 +428,14 @@ async fn discovered_peers_and_their_source_show_on_metrics() {
         &format!("rdma_probe_discovery_last_success_timestamp_seconds{{{source}}}"),
     );
     assert!(last.is_some_and(|t| t > 1.7e9), "{text}");
-    assert_eq!(promtool::sample(&text, "rdma_probe_discovery_candidates"), Some(3.0));
-    assert_eq!(promtool::sample(&text, "rdma_probe_discovery_vanished_peers"), Some(0.0));
+    assert_eq!(
+        promtool::sample(&text, "rdma_probe_discovery_candidates"),
+        Some(3.0)
+    );
+    assert_eq!(
+        promtool::sample(&text, "rdma_probe_discovery_vanished_peers"),
+        Some(0.0)
+    );
     promtool::assert_promtool_accepts(&text);
     drop(tasks);
     server.stop.send(()).unwrap();

@@ -40,16 +40,16 @@ pub use error::{ConfigError, Located};
 pub use model::{
     Auth, Config, Device, Devices, Discovery, GidIndex, Labels, Limits, Listen, Peer, PeerMode,
     ProbeConfig, Schedule, Selection, Series, SkipReason, DEFAULT_BURST_DURATION,
-    DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_REFRESH_INTERVAL, DEFAULT_INTERVAL, DEFAULT_JITTER,
-    DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_ROUND, DEFAULT_SAMPLE,
-    DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
+    DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER,
+    DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_REFRESH_INTERVAL,
+    DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
 };
 pub use units::{
     parse_duration, parse_positive_duration, ByteSize, RateLimit, ResolveError, ResolvedRate,
     UnitError,
 };
-pub use validate::RESERVED_LABELS;
 pub(crate) use validate::check_label_name;
+pub use validate::RESERVED_LABELS;
 
 /// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
 /// this a file is a mistake or hostile, and is refused before it is parsed. (Large clusters use

@@ -372,7 +372,12 @@ pub struct Peer {
 
 impl Peer {
     /// A peer found by discovery: probed with `defaults`, as a responder of this exporter.
-    pub fn discovered(name: String, address: HostPort, labels: Labels, defaults: &ProbeConfig) -> Peer {
+    pub fn discovered(
+        name: String,
+        address: HostPort,
+        labels: Labels,
+        defaults: &ProbeConfig,
+    ) -> Peer {
         Peer {
             name,
             address,

@@ -375,7 +375,9 @@ discovery: {files: [/etc/peers/*.yaml]}
     assert!(d.dns.is_empty());
     assert_eq!(d.files, ["/etc/peers/*.yaml"]);
     assert_eq!(d.refresh_interval, Duration::from_secs(30));
-    let d = ok(&minimal("discovery: {dns: [peers.lab], refresh_interval: 2s}\n"));
+    let d = ok(&minimal(
+        "discovery: {dns: [peers.lab], refresh_interval: 2s}\n",
+    ));
     assert_eq!(
         d.discovery().unwrap().refresh_interval,
         Duration::from_secs(2)

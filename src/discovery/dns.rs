@@ -112,8 +112,12 @@ pub async fn run<R: Resolve>(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let report = poll(&resolver, &name, LOOKUP_TIMEOUT.min(every.max(Duration::from_secs(1))))
-            .await;
+        let report = poll(
+            &resolver,
+            &name,
+            LOOKUP_TIMEOUT.min(every.max(Duration::from_secs(1))),
+        )
+        .await;
         if reports.send(report).await.is_err() {
             return;
         }

@@ -47,7 +47,9 @@ pub enum FileSdError {
     Read { file: String, error: String },
     #[error("{file}: larger than {max} bytes")]
     TooLarge { file: String, max: u64 },
-    #[error("{file}: not a file_sd list of {{targets: [HOST:PORT, ...], labels: {{...}}}}: {error}")]
+    #[error(
+        "{file}: not a file_sd list of {{targets: [HOST:PORT, ...], labels: {{...}}}}: {error}"
+    )]
     Syntax { file: String, error: String },
     #[error("{file}: group {group}: {error}")]
     Group {
@@ -401,11 +403,16 @@ mod tests {
                 ("10.0.0.2:18516".into(), None, Some("t1".into())),
                 ("10.0.0.3:18516".into(), None, Some("t1".into())),
                 ("node-4.example:9000".into(), None, Some("t1".into())),
-                ("[fd00::9]:18516".into(), Some("gpu-b09".into()), Some("t2".into())),
+                (
+                    "[fd00::9]:18516".into(),
+                    Some("gpu-b09".into()),
+                    Some("t2".into())
+                ),
             ]
         );
         assert!(!list[0].labels.contains_key("__meta_x"));
-        let json = r#"[{"targets": ["10.0.0.2"], "labels": {"tor": "t1"}}, {"targets": ["10.0.0.3"]}]"#;
+        let json =
+            r#"[{"targets": ["10.0.0.2"], "labels": {"tor": "t1"}}, {"targets": ["10.0.0.3"]}]"#;
         let list = parse(json, "a.json").unwrap();
         assert_eq!(list.len(), 2);
         assert_eq!(list[1].labels, Labels::new());
@@ -426,12 +433,21 @@ mod tests {
             ("- {labels: {a: b}}", "not a file_sd list"),
             ("- {targets: ['a b']}", "group 0"),
             ("- {targets: ['h:0']}", "invalid port"),
-            ("- {targets: [a]}\n- {targets: [b], labels: {peer: x}}", "group 1"),
-            ("- {targets: [a], labels: {0x: y}}", "not a valid label name"),
+            (
+                "- {targets: [a]}\n- {targets: [b], labels: {peer: x}}",
+                "group 1",
+            ),
+            (
+                "- {targets: [a], labels: {0x: y}}",
+                "not a valid label name",
+            ),
             ("- {targets: [a, b], labels: {name: n}}", "names one peer"),
             ("- {targets: [a], labels: {name: 'a b'}}", "whitespace"),
             ("[{\"targets\": [\"a\"]", "not a file_sd list"),
-            ("- {targets: [a]}\n---\n- {targets: [b]}", "not a file_sd list"),
+            (
+                "- {targets: [a]}\n---\n- {targets: [b]}",
+                "not a file_sd list",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(text, "p.yaml").unwrap_err().to_string();
@@ -444,7 +460,12 @@ mod tests {
     fn huge_and_hostile_lists_are_handled_quickly() {
         let mut text = String::from("- targets:\n");
         for i in 0..50_000u32 {
-            text.push_str(&format!("  - 10.{}.{}.{}\n", i >> 16, (i >> 8) & 255, i & 255));
+            text.push_str(&format!(
+                "  - 10.{}.{}.{}\n",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            ));
         }
         text.push_str("  labels: {tor: t1}\n");
         let start = std::time::Instant::now();
@@ -492,9 +513,17 @@ mod tests {
 
         std::fs::write(dir.join("b.yaml"), "- {targets: [10.0.0.3]\n").unwrap();
         let broken = source.poll();
-        assert_eq!(hosts(&broken), ["10.0.0.2", "10.0.0.3"], "b's last good list stays");
+        assert_eq!(
+            hosts(&broken),
+            ["10.0.0.2", "10.0.0.3"],
+            "b's last good list stays"
+        );
         assert!(broken.error.as_deref().unwrap().contains("b.yaml"));
-        assert_eq!(source.poll().error, broken.error, "still broken, same error");
+        assert_eq!(
+            source.poll().error,
+            broken.error,
+            "still broken, same error"
+        );
 
         std::fs::write(dir.join("b.yaml"), "- {targets: [10.0.0.5]}\n").unwrap();
         let fixed = source.poll();
@@ -502,11 +531,18 @@ mod tests {
         assert_eq!(fixed.error, None);
 
         std::fs::remove_file(dir.join("a.yaml")).unwrap();
-        assert_eq!(hosts(&source.poll()), ["10.0.0.5"], "a removed file's peers go");
+        assert_eq!(
+            hosts(&source.poll()),
+            ["10.0.0.5"],
+            "a removed file's peers go"
+        );
 
         let mut missing = FileSource::new(format!("{}/none/*.yaml", dir.display()));
         let report = missing.poll();
-        assert_eq!(report.peers, None, "an unreadable directory keeps the last good set");
+        assert_eq!(
+            report.peers, None,
+            "an unreadable directory keeps the last good set"
+        );
         assert!(report.error.unwrap().contains("reading directory"));
         let mut literal = FileSource::new(format!("{}/absent.yaml", dir.display()));
         assert!(literal.poll().error.unwrap().contains("absent.yaml"));

@@ -294,9 +294,15 @@ peers:
         let mut own = OwnAddresses::new(DEFAULT_CONTROL_PORT);
         let a = |s: &str| parse_host_port(s, DEFAULT_CONTROL_PORT).unwrap();
         assert!(own.is_own(&a("127.0.0.1")));
-        assert!(!own.is_own(&a("127.0.0.1:18600")), "another port: another exporter");
+        assert!(
+            !own.is_own(&a("127.0.0.1:18600")),
+            "another port: another exporter"
+        );
         assert!(!own.is_own(&a("198.51.100.77")), "TEST-NET-2 is nobody's");
-        assert!(!own.is_own(&a("localhost")), "a host name is never taken for the node");
+        assert!(
+            !own.is_own(&a("localhost")),
+            "a host name is never taken for the node"
+        );
     }
 
     #[tokio::test]
@@ -326,7 +332,10 @@ peers:
         };
         // 127.0.0.1 on the control port is this node: left out.
         reports
-            .send(report(Some(vec!["127.0.0.1", "198.51.100.2", "198.51.100.3"]), None))
+            .send(report(
+                Some(vec!["127.0.0.1", "198.51.100.2", "198.51.100.3"]),
+                None,
+            ))
             .await
             .unwrap();
         peers_rx.changed().await.unwrap();
@@ -338,12 +347,19 @@ peers:
         assert_eq!(metrics.candidates.get(), 3);
 
         reports.send(report(None, Some("NXDOMAIN"))).await.unwrap();
-        reports.send(report(Some(vec!["198.51.100.2"]), None)).await.unwrap();
+        reports
+            .send(report(Some(vec!["198.51.100.2"]), None))
+            .await
+            .unwrap();
         // 198.51.100.3 vanished: still a candidate for 300 ms, then forgotten.
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(names(&peers_rx), ["198.51.100.2", "198.51.100.3"]);
         assert_eq!(metrics.errors.get_or_create(&source).get(), 1);
-        assert_eq!(metrics.vanished.get(), 2, "the node's own address counts too");
+        assert_eq!(
+            metrics.vanished.get(),
+            2,
+            "the node's own address counts too"
+        );
         tokio::time::timeout(Duration::from_secs(5), peers_rx.changed())
             .await
             .unwrap()

@@ -308,12 +308,19 @@ mod tests {
         s.apply(
             set(
                 "dns:x",
-                vec![target("10.0.0.2"), target("10.0.0.3:9999"), target("[fd00::4]")],
+                vec![
+                    target("10.0.0.2"),
+                    target("10.0.0.3:9999"),
+                    target("[fd00::4]"),
+                ],
             ),
             at(0),
         );
         s.apply(
-            set("file:a", vec![named("10.0.0.5", "gpu-a05", &[("tor", "t1")])]),
+            set(
+                "file:a",
+                vec![named("10.0.0.5", "gpu-a05", &[("tor", "t1")])],
+            ),
             at(0),
         );
         assert_eq!(
@@ -330,7 +337,10 @@ mod tests {
     #[test]
     fn a_vanished_peer_stays_for_forget_after_then_goes() {
         let mut s = DiscoveryState::new(FORGET);
-        s.apply(set("dns:x", vec![target("10.0.0.2"), target("10.0.0.3")]), at(0));
+        s.apply(
+            set("dns:x", vec![target("10.0.0.2"), target("10.0.0.3")]),
+            at(0),
+        );
         s.apply(set("dns:x", vec![target("10.0.0.2")]), at(100));
         assert_eq!(names(&s, at(100)), ["10.0.0.2", "10.0.0.3"]);
         assert_eq!(s.vanished(), 1);

@@ -14,6 +14,8 @@
 //!   the status page;
 //! - a **file watcher** asks for a reload when the config file's content changes (also when a
 //!   Kubernetes ConfigMap swaps its symlink);
+//! - with a `discovery` section, the **discovery** tasks ([`crate::discovery`]) publish the
+//!   discovered peers, which the service loop merges with the config's;
 //! - a **port reader** ([`ports::run`]) reads the probed ports' facts from sysfs every 30 s for
 //!   the port and PCIe gauges.
 

@@ -432,7 +432,9 @@ async fn discovered_peers_are_probed_besides_the_configs_and_leave_with_their_se
         discovered("node1", "198.51.100.6"),
     ]);
     let events = h
-        .events_until(|e| attempts(e, "198.51.100.4").len() >= 2 && completed(e, "node2").len() >= 2)
+        .events_until(|e| {
+            attempts(e, "198.51.100.4").len() >= 2 && completed(e, "node2").len() >= 2
+        })
         .await;
     assert!(attempts(&events, "other-3").is_empty() && attempts(&events, "node1").is_empty());
     assert!(events.iter().any(|e| matches!(e, ProbeEvent::Info(i)
@@ -444,9 +446,16 @@ async fn discovered_peers_are_probed_besides_the_configs_and_leave_with_their_se
     peers.send_replace(Vec::new());
     let events = h
         .events_until(|e| {
-            e.iter().any(|e| matches!(e, ProbeEvent::RetainPeers(p)
-                if !p.contains("198.51.100.4") && p.contains("node2") && p.contains("node3")))
+            e.iter().any(|e| {
+                matches!(e, ProbeEvent::RetainPeers(p)
+                if !p.contains("198.51.100.4") && p.contains("node2") && p.contains("node3"))
+            })
         })
         .await;
-    assert!(!events.iter().any(|e| matches!(e, ProbeEvent::ConfigLoaded { .. })), "not a reload");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ProbeEvent::ConfigLoaded { .. })),
+        "not a reload"
+    );
 }

@@ -31,6 +31,7 @@ fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survive
     for file in [
         "metrics-initial.txt",
         "metrics-vanished.txt",
+        "metrics-failing.txt",
         "metrics-dns-down.txt",
     ] {
         promtool::assert_promtool_accepts(&run.file("node1", file));
@@ -53,8 +54,8 @@ fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survive
     let failing = seconds(&run, "failing_seconds");
     let gone = seconds(&run, "gone_seconds");
     assert!(
-        failing < FORGET_AFTER,
-        "node2 failing {failing} s after removal"
+        failing < gone,
+        "node2 failing {failing} s after removal, gone after {gone} s"
     );
     assert!(
         (FORGET_AFTER..FORGET_AFTER + REFRESH + 10.0).contains(&gone),
@@ -65,6 +66,22 @@ fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survive
         vanished.contains("rdma_probe_discovery_vanished_peers 1"),
         "{vanished}"
     );
+    assert!(
+        vanished.contains("rdma_probe_success{device=\"rxe0\",peer=\"192.0.2.12\""),
+        "a vanished peer keeps its paths:\n{vanished}"
+    );
+    let failing = run.file("node1", "metrics-failing.txt");
+    let node2 = "device=\"rxe0\",peer=\"192.0.2.12\",peer_device=\"rxe0\"";
+    assert_eq!(
+        promtool::sample(&failing, &format!("rdma_probe_success{{{node2}}}")),
+        Some(0.0),
+        "{failing}"
+    );
+    let connect_errors = promtool::sample(
+        &failing,
+        &format!("rdma_probe_errors_total{{{node2},reason=\"connect\"}}"),
+    );
+    assert!(connect_errors.is_some_and(|n| n >= 1.0), "{failing}");
     let forgotten = run.file("node1", "metrics-forgotten.txt");
     assert!(!forgotten.contains("peer=\"192.0.2.12\""), "{forgotten}");
     assert_eq!(result(&run, "forgotten_node3_success"), "1");

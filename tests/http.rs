@@ -378,3 +378,67 @@ async fn the_status_page_lists_every_probed_path() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+/// Discovery end to end over the file system and a real scrape: the discovery task reads a
+/// file_sd list, publishes its peers (this node's own address left out), and `/metrics` shows
+/// the source's figures, promtool-clean.
+#[tokio::test]
+async fn discovered_peers_and_their_source_show_on_metrics() {
+    use rdma_probe_exporter::config::Discovery;
+    use rdma_probe_exporter::discovery;
+    use std::time::Duration;
+
+    let dir = std::env::temp_dir().join(format!("rpe-http-discovery-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("peers.yaml"),
+        "- targets: ['198.51.100.2', '127.0.0.1']\n  labels: {tor: t1}\n\
+         - targets: ['198.51.100.3:18600']\n  labels: {name: gpu-b, tor: t2}\n",
+    )
+    .unwrap();
+    let server = start().await;
+    let config = Discovery {
+        dns: Vec::new(),
+        files: vec![format!("{}/*.yaml", dir.display())],
+        forget_after: Duration::from_secs(3600),
+        refresh_interval: Duration::from_secs(30),
+    };
+    let (mut peers, tasks) = discovery::spawn(&config, 18516, server.metrics.discovery.clone());
+    tokio::time::timeout(Duration::from_secs(10), peers.changed())
+        .await
+        .expect("the file is read at once")
+        .unwrap();
+    let names: Vec<String> = peers.borrow().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(
+        names,
+        ["198.51.100.2", "gpu-b"],
+        "127.0.0.1:18516 is this node"
+    );
+
+    let text = get(server.addr, "/metrics", None).await.body;
+    let source = format!("source=\"file:{}/*.yaml\"", dir.display());
+    assert_eq!(
+        promtool::sample(&text, &format!("rdma_probe_discovery_peers{{{source}}}")),
+        Some(3.0),
+        "{text}"
+    );
+    let last = promtool::sample(
+        &text,
+        &format!("rdma_probe_discovery_last_success_timestamp_seconds{{{source}}}"),
+    );
+    assert!(last.is_some_and(|t| t > 1.7e9), "{text}");
+    assert_eq!(
+        promtool::sample(&text, "rdma_probe_discovery_candidates"),
+        Some(3.0)
+    );
+    assert_eq!(
+        promtool::sample(&text, "rdma_probe_discovery_vanished_peers"),
+        Some(0.0)
+    );
+    promtool::assert_promtool_accepts(&text);
+    drop(tasks);
+    server.stop.send(()).unwrap();
+    server.task.await.unwrap().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

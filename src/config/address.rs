@@ -15,13 +15,13 @@ pub const DEFAULT_CONTROL_PORT: u16 = 18516;
 pub const PERFTEST_PORT: u16 = 18515;
 
 /// A peer's control address: an IP address or a host name, and a port (never 0).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostPort {
     host: Host,
     port: u16,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Host {
     Ip(IpAddr),
     Name(String),
@@ -46,6 +46,16 @@ impl HostPort {
         match self.host {
             Host::Ip(ip) => Some(SocketAddr::new(ip, self.port)),
             Host::Name(_) => None,
+        }
+    }
+}
+
+impl From<SocketAddr> for HostPort {
+    /// An address as resolved (discovery by DNS).
+    fn from(addr: SocketAddr) -> Self {
+        HostPort {
+            host: Host::Ip(addr.ip()),
+            port: addr.port(),
         }
     }
 }

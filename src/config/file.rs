@@ -264,6 +264,7 @@ pub(crate) struct RawDiscovery {
     pub dns: Option<Spanned<Vec<Scalar>>>,
     pub files: Option<Spanned<Vec<Scalar>>>,
     pub forget_after: Option<Scalar>,
+    pub refresh_interval: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -42,6 +42,11 @@ pub const DEFAULT_CONTROL_LISTEN: SocketAddr = SocketAddr::new(
 );
 /// How long a discovered peer that vanished stays a candidate, unless configured.
 pub const DEFAULT_FORGET_AFTER: Duration = Duration::from_secs(3600);
+/// How often discovery names are re-resolved, unless configured (Prometheus' dns_sd default).
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// Shortest and longest re-resolution interval accepted.
+pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+pub const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(3600);
 /// Peers outside this node's group probed per device and round, unless configured.
 pub const DEFAULT_SAMPLE: u32 = crate::schedule::selection::DEFAULT_SAMPLE as u32;
 /// Up to this many peers every one is probed, unless configured.
@@ -72,6 +77,9 @@ pub struct Config {
     pub(super) exclude_devices: Vec<String>,
     pub(super) defaults: ProbeConfig,
     pub(super) peers: Vec<Peer>,
+    /// Peers found by discovery, merged in by the exporter ([`Config::with_discovered`]); never
+    /// from the file.
+    pub(super) discovered: Vec<Peer>,
     pub(super) discovery: Option<Discovery>,
     pub(super) selection: Selection,
     pub(super) schedule: Schedule,
@@ -128,12 +136,29 @@ impl Config {
         &self.peers
     }
 
-    /// The peers to probe: every peer that is not skipped.
+    /// The peers to probe: every peer of the file that is not skipped, then the discovered
+    /// ones.
     pub fn active_peers(&self) -> impl Iterator<Item = &Peer> + '_ {
-        self.peers.iter().filter(|p| p.skipped.is_none())
+        self.peers
+            .iter()
+            .filter(|p| p.skipped.is_none())
+            .chain(&self.discovered)
     }
 
-    /// Peer discovery (parsed and checked, not used yet).
+    /// The peers discovery found that are probed besides the file's (see
+    /// [`Config::with_discovered`]).
+    pub fn discovered_peers(&self) -> &[Peer] {
+        &self.discovered
+    }
+
+    /// This config with `peers` (from [`Peer::discovered`]) as its discovered peers, replacing
+    /// the previous ones. The caller has left out the node itself and the peers the file lists.
+    pub fn with_discovered(mut self, peers: Vec<Peer>) -> Config {
+        self.discovered = peers;
+        self
+    }
+
+    /// Where peers are discovered besides `peers` (docs/config.md, "Discovery").
     pub fn discovery(&self) -> Option<&Discovery> {
         self.discovery.as_ref()
     }
@@ -346,6 +371,24 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A peer found by discovery: probed with `defaults`, as a responder of this exporter.
+    pub fn discovered(
+        name: String,
+        address: HostPort,
+        labels: Labels,
+        defaults: &ProbeConfig,
+    ) -> Peer {
+        Peer {
+            name,
+            address,
+            labels,
+            mode: PeerMode::Exporter,
+            probe: defaults.clone(),
+            overrides: Vec::new(),
+            skipped: None,
+        }
+    }
+
     /// The name used in metrics (`peer` label).
     pub fn name(&self) -> &str {
         &self.name
@@ -606,15 +649,17 @@ impl Default for Limits {
     }
 }
 
-/// Where peers come from besides `peers` (parsed and checked; nothing uses it yet).
+/// Where peers come from besides `peers` (the `discovery` module runs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discovery {
     /// Names whose A/AAAA records are peers (e.g. a DaemonSet's headless Service).
     pub dns: Vec<HostPort>,
-    /// file_sd-style peer lists (paths or globs), watched.
+    /// file_sd-style peer lists (paths, or globs in the file name), watched.
     pub files: Vec<String>,
     /// How long a vanished peer stays a candidate.
     pub forget_after: Duration,
+    /// How often the `dns` names are resolved again.
+    pub refresh_interval: Duration,
 }
 
 /// Which peers are probed each round (docs/scale.md, "Selection").

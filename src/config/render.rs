@@ -67,10 +67,11 @@ impl Config {
             let dns: Vec<String> = d.dns.iter().map(ToString::to_string).collect();
             writeln!(
                 out,
-                "discovery (not used yet): dns [{}] files [{}] forget_after {}",
+                "discovery: dns [{}] files [{}] forget_after {} refresh_interval {}",
                 dns.join(", "),
                 d.files.join(", "),
-                duration(d.forget_after)
+                duration(d.forget_after),
+                duration(d.refresh_interval)
             )?;
         }
         writeln!(

@@ -410,6 +410,14 @@ discovery: {files: [/etc/peers/*.yaml]}
     let d = c.discovery().unwrap();
     assert!(d.dns.is_empty());
     assert_eq!(d.files, ["/etc/peers/*.yaml"]);
+    assert_eq!(d.refresh_interval, Duration::from_secs(30));
+    let d = ok(&minimal(
+        "discovery: {dns: [peers.lab], refresh_interval: 2s}\n",
+    ));
+    assert_eq!(
+        d.discovery().unwrap().refresh_interval,
+        Duration::from_secs(2)
+    );
     // Same port on different specific IPs is fine.
     ok(&minimal(
         "listen: {metrics: '10.0.0.1:9000', control: '10.0.0.2:9000'}\n",
@@ -594,6 +602,10 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
          "HOST:PORT"),
         (format!("{n}discovery: {{files: [a], forget_after: 0s}}\n"), Kind::Value, 3, 39,
          "discovery.forget_after", "greater than zero"),
+        (format!("{n}discovery: {{files: [a], refresh_interval: 2h}}\n"), Kind::Value, 3, 43,
+         "discovery.refresh_interval", "from 1s to 1h"),
+        (format!("{n}discovery: {{files: ['/a*/b.yaml']}}\n"), Kind::Value, 3, 21,
+         "discovery.files[0]", "in the file name only"),
         (format!("{n}selection: {{group_by: 'a b'}}\n"), Kind::Value, 3, 23,
          "selection.group_by", "label name"),
         (format!("{n}selection: {{sample: many}}\n"), Kind::Value, 3, 21, "selection.sample",

@@ -83,13 +83,15 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         )),
         ("peers", "mode") => s("exporter (the default) or perftest (a stock ib_write_bw server)"),
         ("", "discovery") => {
-            s("a mapping {dns: [HOST:PORT, ...], files: [GLOB, ...], forget_after: DURATION}")
+            s("a mapping {dns: [HOST:PORT, ...], files: [GLOB, ...], forget_after: DURATION, \
+               refresh_interval: DURATION}")
         }
         ("discovery", "dns") => s("a list of HOST:PORT names to resolve"),
         ("discovery", "files") => {
             s("a list of file paths or globs, e.g. [/etc/rdma-probe/peers/*.yaml]")
         }
         ("discovery", "forget_after") => s("a duration greater than zero, e.g. 1h"),
+        ("discovery", "refresh_interval") => s("a duration from 1s to 1h, e.g. 30s"),
         ("", "selection") => {
             s("a mapping {group_by: LABEL, max_peers: N, sample: N, round: DURATION}")
         }
@@ -468,6 +470,7 @@ impl Ctx<'_> {
             exclude_devices,
             defaults: defaults.0,
             peers,
+            discovered: Vec::new(),
             discovery,
             selection,
             schedule,
@@ -798,7 +801,22 @@ impl Ctx<'_> {
         }
         let mut files = Vec::new();
         for (i, s) in items(&d.files).iter().enumerate() {
-            files.push(self.non_empty(s, &format!("discovery.files[{i}]"))?);
+            let path = format!("discovery.files[{i}]");
+            let file = self.non_empty(s, &path)?;
+            if let Some((dir, _)) = file.rsplit_once('/') {
+                if dir.contains(['*', '?', '[']) {
+                    return Err(self.refused(
+                        self.pos(s),
+                        &path,
+                        format!(
+                            "{}: wildcards are matched in the file name only (as Prometheus' \
+                             file_sd), e.g. /etc/rdma-probe/peers/*.yaml",
+                            quote(&file)
+                        ),
+                    ));
+                }
+            }
+            files.push(file);
         }
         if dns.is_empty() && files.is_empty() {
             return Err(self.refused(
@@ -811,10 +829,26 @@ impl Ctx<'_> {
             Some(f) => self.duration(f, "discovery.forget_after")?,
             None => DEFAULT_FORGET_AFTER,
         };
+        let refresh_interval = match &d.refresh_interval {
+            Some(r) => {
+                let path = "discovery.refresh_interval";
+                let interval = self.duration(r, path)?;
+                if !(MIN_REFRESH_INTERVAL..=MAX_REFRESH_INTERVAL).contains(&interval) {
+                    return Err(self.refused(
+                        self.pos(r),
+                        path,
+                        "must be from 1s to 1h: names are re-resolved this often",
+                    ));
+                }
+                interval
+            }
+            None => DEFAULT_REFRESH_INTERVAL,
+        };
         Ok(Discovery {
             dns,
             files,
             forget_after,
+            refresh_interval,
         })
     }
 

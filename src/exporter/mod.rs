@@ -14,6 +14,8 @@
 //!   the status page;
 //! - a **file watcher** asks for a reload when the config file's content changes (also when a
 //!   Kubernetes ConfigMap swaps its symlink);
+//! - with a `discovery` section, the **discovery** tasks ([`crate::discovery`]) publish the
+//!   discovered peers, which the service loop merges with the config's;
 //! - a **port reader** ([`ports::run`]) reads the probed ports' facts from sysfs every 30 s for
 //!   the port and PCIe gauges.
 
@@ -179,7 +181,10 @@ pub async fn run(
         peers = config.active_peers().count(),
         "exporter running"
     );
-    let service = service::Service::start(service::ServiceParts {
+    let discovery = config.discovery().map(|d| {
+        crate::discovery::spawn(d, config.listen().control.port(), metrics.discovery.clone())
+    });
+    let mut service = service::Service::start(service::ServiceParts {
         config_path,
         config,
         devices,
@@ -189,6 +194,9 @@ pub async fn run(
         events,
     })
     .await;
+    if let Some((peers, _)) = &discovery {
+        service = service.with_discovery(peers.clone());
+    }
     probing.set(true);
     // The responder ending on its own (its device failed) ends the exporter too.
     let responder_result = tokio::select! {
@@ -200,6 +208,7 @@ pub async fn run(
     let _ = stop.send(true);
     watcher.abort();
     port_facts.abort();
+    drop(discovery);
     let workers_done = async {
         for task in worker_tasks {
             let _ = task.await;

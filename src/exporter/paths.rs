@@ -70,12 +70,18 @@ impl PathSpec {
     }
 }
 
-/// The config's active peers, as the selection's candidates.
+/// The config's active peers, then the discovered ones, as the selection's candidates.
 pub fn candidates(config: &Config) -> Vec<Candidate> {
-    config
-        .active_peers()
-        .map(|p| Candidate::new(p.name(), p.labels().clone(), Source::Config))
-        .collect()
+    let listed = config
+        .peers()
+        .iter()
+        .filter(|p| p.skipped().is_none())
+        .map(|p| Candidate::new(p.name(), p.labels().clone(), Source::Config));
+    let discovered = config
+        .discovered_peers()
+        .iter()
+        .map(|p| Candidate::new(p.name(), p.labels().clone(), Source::Discovered));
+    listed.chain(discovered).collect()
 }
 
 /// The selection of `config` from the local `devices`.

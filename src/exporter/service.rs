@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::device::{DeviceCommand, ProbeFinished};
 use super::identity::{peer_info_labels, PeerIdentities, Unmatched};
@@ -17,6 +17,7 @@ use super::paths::{path_specs, selector, PathSpec};
 use crate::config::{Config, Device, Limits};
 use crate::control::message::Identity;
 use crate::control::AuthMode;
+use crate::discovery::{self, DiscoveredPeer};
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
@@ -73,6 +74,10 @@ pub struct Service {
     events: mpsc::Sender<ProbeEvent>,
     /// Scheduler time is measured from here (tokio's clock, so tests can run it paused).
     epoch: Instant,
+    /// The peers discovery found last (before the merge with the config's peers), and where
+    /// the next set comes from.
+    discovered: Vec<DiscoveredPeer>,
+    discovery: Option<watch::Receiver<Vec<DiscoveredPeer>>>,
 }
 
 /// What the service is started with.
@@ -110,6 +115,8 @@ impl Service {
             workers: parts.workers,
             events: parts.events,
             epoch: Instant::now(),
+            discovered: Vec::new(),
+            discovery: None,
         };
         if let Err(e) = service.apply(parts.config).await {
             // The scheduler refused a path the config validation let through: run with none.
@@ -117,6 +124,13 @@ impl Service {
         }
         service.loaded(true).await;
         service
+    }
+
+    /// Takes discovered peers from `peers` (the discovery task's current set) as candidates
+    /// besides the config's.
+    pub fn with_discovery(mut self, peers: watch::Receiver<Vec<DiscoveredPeer>>) -> Service {
+        self.discovery = Some(peers);
+        self
     }
 
     fn now(&self) -> Duration {
@@ -131,6 +145,7 @@ impl Service {
         shutdown: impl Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        let mut discovery = self.discovery.take();
         loop {
             self.dispatch_due().await;
             let wake = self.scheduler.wait_until().map(|t| self.epoch + t);
@@ -164,6 +179,7 @@ impl Service {
                         let _ = reply.send(result);
                     }
                 }
+                peers = discovery_changed(&mut discovery) => self.on_discovered(peers).await,
                 () = round_ends => self.next_round().await,
                 () = recheck_due => self.recheck().await,
                 () = sleep => {}
@@ -443,6 +459,20 @@ impl Service {
         result
     }
 
+    /// Discovery found a new set: the candidates change, the config stays.
+    async fn on_discovered(&mut self, peers: Vec<DiscoveredPeer>) {
+        self.discovered = peers;
+        if let Err(e) = self.set_peers(self.config.clone()).await {
+            tracing::error!(error = %e, "the discovered peers' paths cannot be scheduled: keeping the previous ones");
+            return;
+        }
+        tracing::info!(
+            discovered = self.config.discovered_peers().len(),
+            paths = self.specs.len(),
+            "candidates changed by discovery"
+        );
+    }
+
     /// Makes `config` the running config: paths added keep nothing, paths kept keep their
     /// schedule, warm session and counters, paths removed lose their series.
     async fn apply(&mut self, config: Config) -> Result<(), String> {
@@ -457,6 +487,21 @@ impl Service {
                 .set_config(schedule)
                 .map_err(|e| e.to_string())?;
         }
+        self.set_peers(config).await?;
+        let series = self.config.series();
+        self.emit(ProbeEvent::SeriesBudget {
+            limit: series.budget,
+            ttl: series.ttl,
+        })
+        .await;
+        Ok(())
+    }
+
+    /// Makes `config`, with the discovered peers merged in, the running config and its peers
+    /// the candidates; on error nothing changes.
+    async fn set_peers(&mut self, config: Config) -> Result<(), String> {
+        let discovered = discovery::merge(&config, &self.discovered);
+        let config = config.with_discovered(discovered);
         let selector = selector(&config, &self.devices);
         let old = std::mem::replace(&mut self.config, config);
         let old_selector = std::mem::replace(&mut self.selector, selector);
@@ -476,12 +521,6 @@ impl Service {
         self.identities.retain(&peers);
         self.announced.retain(|k| peers.contains(&k.peer));
         self.emit(ProbeEvent::RetainPeers(peers)).await;
-        let series = self.config.series();
-        self.emit(ProbeEvent::SeriesBudget {
-            limit: series.budget,
-            ttl: series.ttl,
-        })
-        .await;
         self.emit(ProbeEvent::Info(info_labels(
             &self.config,
             &self.identities,
@@ -612,6 +651,9 @@ impl Service {
         if old.limits() != new.limits() {
             changed.push("limits");
         }
+        if old.discovery() != new.discovery() {
+            changed.push("discovery");
+        }
         if !changed.is_empty() {
             tracing::warn!(
                 fields = changed.join(", "),
@@ -671,6 +713,21 @@ fn info_labels(config: &Config, identities: &PeerIdentities) -> InfoLabels {
         .map(|p| peer_info_labels(p.name(), p.labels(), identities.get(p.name())))
         .collect();
     InfoLabels { node, peers }
+}
+
+/// The next set of discovered peers; never resolves without discovery (or once it has
+/// stopped).
+async fn discovery_changed(
+    peers: &mut Option<watch::Receiver<Vec<DiscoveredPeer>>>,
+) -> Vec<DiscoveredPeer> {
+    let Some(receiver) = peers else {
+        return std::future::pending().await;
+    };
+    if receiver.changed().await.is_ok() {
+        return receiver.borrow_and_update().clone();
+    }
+    *peers = None;
+    std::future::pending().await
 }
 
 fn unix_time(at: SystemTime) -> Duration {

@@ -5,6 +5,7 @@
 //! never wait on a scrape. Series are created on first use, never pre-created per reason.
 
 pub mod budget;
+pub mod discovery;
 pub mod port;
 pub mod probe;
 pub mod process;
@@ -61,6 +62,8 @@ pub struct Metrics {
     /// The exporter's probe families (absent in a responder-only process, which probes
     /// nothing); written only by a [`probe::ProbeRecorder`].
     pub probes: Option<probe::ProbeFamilies>,
+    /// The discovery families (registered with the probe families, in the exporter).
+    pub discovery: discovery::DiscoveryMetrics,
 }
 
 impl Metrics {
@@ -117,11 +120,16 @@ impl Metrics {
             "Messages whose data the responder checked at their own offset after a burst",
             responder.verified_messages.clone(),
         );
+        let discovery = discovery::DiscoveryMetrics::default();
+        if probes.is_some() {
+            discovery.register(&mut registry);
+        }
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),
             responder,
             probes,
+            discovery,
         }
     }
 

@@ -9,6 +9,7 @@ mod promtool;
 mod baseline;
 mod bench;
 mod capacity;
+mod discovery;
 mod exporter;
 mod image;
 mod leaks;

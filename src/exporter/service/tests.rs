@@ -140,6 +140,14 @@ struct Harness {
 
 impl Harness {
     async fn start(name: &str) -> Harness {
+        Harness::start_with(name, None).await
+    }
+
+    /// A service that also takes discovered peers from `discovery`.
+    async fn start_with(
+        name: &str,
+        discovery: Option<watch::Receiver<Vec<DiscoveredPeer>>>,
+    ) -> Harness {
         let dir = std::env::temp_dir().join(format!("rpe-service-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -169,6 +177,10 @@ impl Harness {
             events,
         })
         .await;
+        let service = match discovery {
+            Some(peers) => service.with_discovery(peers),
+            None => service,
+        };
         let (reloads, reloads_rx) = mpsc::channel(4);
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(service.run(finished_rx, reloads_rx, async {
@@ -558,5 +570,55 @@ async fn paths_the_peer_cannot_answer_or_to_this_node_leave_the_schedule_and_com
             ("rxe0".to_owned(), "no_rail", 1),
             ("rxe0".to_owned(), "itself", 1)
         ]
+    );
+}
+
+fn discovered(name: &str, address: &str) -> DiscoveredPeer {
+    DiscoveredPeer {
+        name: name.to_owned(),
+        address: crate::config::parse_host_port(address, crate::config::DEFAULT_CONTROL_PORT)
+            .unwrap(),
+        labels: [("rack".to_owned(), "r9".to_owned())].into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovered_peers_are_probed_besides_the_configs_and_leave_with_their_series() {
+    let (peers, peers_rx) = watch::channel(Vec::new());
+    let mut h = Harness::start_with("discovery", Some(peers_rx)).await;
+    peers.send_replace(vec![
+        discovered("198.51.100.4", "198.51.100.4"),
+        // The file's peers win: a discovered node2, or one at node3's address, is not a peer.
+        discovered("node2", "198.51.100.5"),
+        discovered("other-3", "192.0.2.13"),
+        // The node itself, by name.
+        discovered("node1", "198.51.100.6"),
+    ]);
+    let events = h
+        .events_until(|e| {
+            attempts(e, "198.51.100.4").len() >= 2 && completed(e, "node2").len() >= 2
+        })
+        .await;
+    assert!(attempts(&events, "other-3").is_empty() && attempts(&events, "node1").is_empty());
+    assert!(events.iter().any(|e| matches!(e, ProbeEvent::Info(i)
+        if i.peers.contains(&vec![("peer".to_owned(), "198.51.100.4".to_owned()), ("rack".to_owned(), "r9".to_owned())]))));
+    assert!(events.iter().any(|e| matches!(e, ProbeEvent::Selection(s)
+        if s.contains_key(&("rxe0".to_owned(), "198.51.100.4".to_owned())) && s.len() == 3)));
+
+    // Forgotten by discovery: its series go, the file's peers stay.
+    peers.send_replace(Vec::new());
+    let events = h
+        .events_until(|e| {
+            e.iter().any(|e| {
+                matches!(e, ProbeEvent::RetainPeers(p)
+                if !p.contains("198.51.100.4") && p.contains("node2") && p.contains("node3"))
+            })
+        })
+        .await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ProbeEvent::ConfigLoaded { .. })),
+        "not a reload"
     );
 }

@@ -1,0 +1,148 @@
+# Three nodes find their peers by DNS only (no `peers` in the config): node1 runs dnsmasq on the
+# lab network with a hosts file for `peers.lab` that it edits, and every node resolves
+# `peers.lab:18516` every 2 s (`refresh_interval: 2s`, `forget_after: 20s`). In one boot, on
+# node1's /metrics:
+#  1. peers.lab holds node1 and node2: node1 skips itself (its own address) and probes node2;
+#     node3 (not in DNS) has no series;
+#  2. node3's record is added: its paths appear and succeed;
+#  3. node2's record is removed and node2's exporter stops: node2's paths stay and fail (a dying
+#     node alerts) until forget_after, then every series of node2 goes;
+#  4. dnsmasq stops: lookups fail (errors_total rises), the last good set stays: node3 is still
+#     probed after forget_after has passed again.
+bin=rdma-probe-exporter
+url=http://127.0.0.1:9587
+(umask 077 && echo "lab-discovery-psk-0123456789abcdef" >/tmp/psk)
+config=/tmp/exporter.yaml
+hosts=/tmp/peers.hosts
+dns_source='source="dns:peers.lab:18516"'
+forget_after=20
+
+# Every node asks node1's dnsmasq: the guest's root is the host's, read-only, so its resolver
+# file is replaced by a bind mount (the mount is the guest's alone).
+echo "nameserver $(lab_addr node1)" >/tmp/resolv.conf
+mount --bind /tmp/resolv.conf /etc/resolv.conf || { echo "cannot bind-mount /etc/resolv.conf"; exit 1; }
+
+# write_hosts NODE...: peers.lab resolves to these nodes; dnsmasq re-reads the file on SIGHUP.
+write_hosts() {
+  local n
+  for n in "$@"; do echo "$(lab_addr "$n") peers.lab"; done >"$hosts.new" && mv "$hosts.new" "$hosts"
+  [ -f /tmp/dnsmasq.pid ] && kill -HUP "$(cat /tmp/dnsmasq.pid)"
+  date +%s.%N
+}
+
+cat >"$config" <<EOF
+node: \${NODE_NAME}
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1, rail: 0}
+schedule: {duty_cycle: 20%}
+defaults:
+  interval: 3s
+  jitter: 10%
+  message_size: 16KiB
+  burst: {duration: 150ms}
+  rate_limit: 20Mbps
+  unpaced_every: 0
+  qp_timeout: 17
+  timeout: 3s
+discovery:
+  dns: [peers.lab:18516]
+  refresh_interval: 2s
+  forget_after: ${forget_after}s
+EOF
+
+start_exporter() {
+  NODE_NAME=$LAB_NODE $bin --log-level info run --config "$config" >>exporter.log 2>&1 &
+  exporter_pid=$!
+}
+stop_exporter() { kill -TERM "$exporter_pid" && wait "$exporter_pid"; }
+
+scrape() { curl -sS --max-time 5 "$url/metrics"; }
+value() { scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
+is() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v == w) }'; }
+at_least() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v >= w) }'; }
+success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$(lab_addr "$1")\",peer_device=\"rxe0\"}"; }
+series_of() { scrape | grep -c "peer=\"$(lab_addr "$1")\""; }
+no_series_of() { [ "$(series_of "$1")" = 0 ]; }
+# sum FAMILY NODE: the sum of a family's samples of one peer.
+sum() { scrape | awk -v f="$1{" -v p="peer=\"$(lab_addr "$2")\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
+above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+wait_for() {
+  local what=$1 limit=$2 start=$SECONDS
+  shift 2
+  until "$@"; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for: $what" >&2
+      tail -n 30 exporter.log >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+if [ "$LAB_NODE" = node1 ]; then
+  write_hosts node1 node2 >/dev/null
+  dnsmasq --keep-in-foreground --no-resolv --no-hosts --addn-hosts="$hosts" --local=/lab/ \
+    --listen-address="$(lab_addr node1)" --bind-interfaces --user=root --group=root \
+    --pid-file=/tmp/dnsmasq.pid --log-queries --log-facility=- >dnsmasq.log 2>&1 &
+  dnsmasq_pid=$!
+fi
+wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat /mnt/nodes/node1/dnsmasq.log; exit 1; }
+start_exporter
+wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_barrier exporters-up
+
+if [ "$LAB_NODE" = node1 ]; then
+  # 1. node2 found and probed; node1 itself and node3 not.
+  wait_for "success 1 for node2" 60 is "$(success node2)" 1 || exit 1
+  wait_for "2 peers from DNS" 30 is "rdma_probe_discovery_peers{$dns_source}" 2 || exit 1
+  scrape >metrics-initial.txt
+  lab_result initial_self_series "$(series_of node1)"
+  lab_result initial_node3_series "$(series_of node3)"
+
+  # 2. node3's record added.
+  t_add=$(write_hosts node1 node2 node3)
+  wait_for "success 1 for node3" 60 is "$(success node3)" 1 || exit 1
+  lab_result added_success_seconds "$(since "$t_add")"
+  scrape >metrics-added.txt
+
+  # 3. node2's record removed, and node2's exporter stops.
+  t_remove=$(write_hosts node1 node3)
+  lab_signal removed
+  lab_result remove_at "$t_remove"
+  wait_for "1 vanished peer" 30 is rdma_probe_discovery_vanished_peers 1 || exit 1
+  scrape >metrics-vanished.txt
+  lab_result vanished_seconds "$(since "$t_remove")"
+  wait_for "success 0 for node2" 60 is "$(success node2)" 0 || exit 1
+  scrape >metrics-failing.txt
+  lab_result failing_seconds "$(since "$t_remove")"
+  wait_for "node2's series gone" 90 no_series_of node2 || exit 1
+  lab_result gone_seconds "$(since "$t_remove")"
+  scrape >metrics-forgotten.txt
+  lab_result forgotten_node3_success "$(value "$(success node3)")"
+
+  # 4. The DNS server stops: the last good set stays, past forget_after.
+  kill -TERM "$dnsmasq_pid"; wait "$dnsmasq_pid" 2>/dev/null
+  t_dns=$(date +%s.%N)
+  wait_for "DNS errors counted" 60 at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
+  lab_result dns_error_seconds "$(since "$t_dns")"
+  sleep $((forget_after + 5))
+  runs_before=$(sum rdma_probe_runs_total node3)
+  wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 "$runs_before" || exit 1
+  scrape >metrics-dns-down.txt
+  lab_result dns_down_node3_success "$(value "$(success node3)")"
+  lab_result dns_down_peers "$(value "rdma_probe_discovery_peers{$dns_source}")"
+  lab_result dns_down_errors "$(value "rdma_probe_discovery_errors_total{$dns_source}")"
+  lab_signal done
+elif [ "$LAB_NODE" = node2 ]; then
+  lab_wait_signal node1 removed 180 || exit 1
+  stop_exporter
+  lab_wait_signal node1 done 240 || exit 1
+  exit 0
+else
+  lab_wait_signal node1 done 300 || exit 1
+fi
+scrape >metrics-final.txt 2>/dev/null
+stop_exporter
+exit 0

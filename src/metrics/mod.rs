@@ -189,6 +189,12 @@ pub enum SessionResult {
     /// Too many connections still in the authentication handshake.
     HandshakeLimit,
     Protocol,
+    /// No complete handshake, or no session request after it, within the control timeout
+    /// (silent, slow or stalled clients).
+    Timeout,
+    /// The client closed or reset the connection before it had a session (port scans, truncated
+    /// frames).
+    Closed,
 }
 
 impl SessionResult {
@@ -200,6 +206,8 @@ impl SessionResult {
             SessionResult::Limit => "limit",
             SessionResult::HandshakeLimit => "handshake_limit",
             SessionResult::Protocol => "protocol",
+            SessionResult::Timeout => "timeout",
+            SessionResult::Closed => "closed",
         }
     }
 }

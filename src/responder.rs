@@ -348,10 +348,10 @@ pub async fn run_without_devices(
     accept_loop(&listener, &shared, shutdown).await;
 }
 
-/// Accepts connections until `shutdown` completes. A connection is served only with a handshake
-/// permit; beyond them it is refused here, with one write that never waits and no task, so the
-/// connections the responder holds are at most `max_handshakes` authenticating plus
-/// `max_sessions` served, however many a client opens.
+/// Accepts connections until `shutdown` completes. Each connection served holds a connection
+/// permit for its life; beyond them it is refused here, with one write that never waits and no
+/// task, so the connections (tasks, descriptors, buffers) the responder holds stay bounded
+/// however many a client opens (see [`Admission`]).
 async fn accept_loop(
     listener: &TcpListener,
     shared: &Arc<Shared>,
@@ -371,7 +371,7 @@ async fn accept_loop(
                 }
             },
         };
-        match shared.admission.handshake_permit() {
+        match shared.admission.connection_permit() {
             Ok(permit) => {
                 tokio::spawn(serve_connection(Arc::clone(shared), stream, peer, permit));
             }
@@ -435,13 +435,13 @@ async fn watch_port(mut ctx: Context, ready: ReadinessCondition) {
     }
 }
 
-/// One control connection: admission, handshake, then the session. `handshake` is the permit
-/// the connection authenticates under.
+/// One control connection: admission, handshake, then the session. `_connection` is held until
+/// the connection is closed and its session's memory freed.
 async fn serve_connection(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: std::net::SocketAddr,
-    handshake: OwnedSemaphorePermit,
+    _connection: OwnedSemaphorePermit,
 ) {
     let mut conn = match Connection::new(stream) {
         Ok(c) => c,
@@ -450,6 +450,7 @@ async fn serve_connection(
             return;
         }
     };
+    let handshake = shared.admission.handshakes.take();
     let (node, _permit) = match shared.admission.admit(&mut conn, handshake).await {
         Ok(admitted) => admitted,
         Err(e) => {
@@ -493,56 +494,86 @@ async fn serve_connection(
     }
 }
 
-/// Who gets a session: a connection authenticates under one of a few handshake permits and the
+/// Who gets a session: a connection authenticates in one of a few handshake slots, under the
 /// control timeout; only then does it take a session permit. Unauthenticated clients therefore
-/// never hold sessions, and a flood of them is refused at once beyond the handshake cap.
+/// never hold sessions. When every slot is taken, a new connection takes the oldest one's slot
+/// and that one is refused: connections held open without finishing their handshake (silent,
+/// slow, truncated) cannot keep a prober out, whose handshake takes a round trip or two.
+///
+/// Every connection served holds a connection permit for its life: the handshakes and sessions,
+/// plus [`REFUSALS_IN_FLIGHT`] for connections on their way out (a refused handshake sending
+/// its `Error`, a session freeing its memory). Past them a connection is refused at accept.
 struct Admission {
     auth: AuthMode,
     io_timeout: Duration,
-    handshakes: Arc<Semaphore>,
-    max_handshakes: usize,
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    handshakes: Arc<HandshakeSlots>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
 }
 
+/// Connections beyond the handshakes and sessions that may be finishing a refusal or a session's
+/// teardown at once.
+const REFUSALS_IN_FLIGHT: usize = 64;
+
 impl Admission {
     fn new(settings: &ResponderSettings) -> Self {
         let max_handshakes = settings.max_handshakes.max(1);
+        let max_connections = max_handshakes
+            .saturating_add(settings.max_sessions)
+            .saturating_add(REFUSALS_IN_FLIGHT);
         Admission {
             auth: settings.auth.clone(),
             io_timeout: settings.io_timeout,
-            handshakes: Arc::new(Semaphore::new(max_handshakes)),
-            max_handshakes,
+            connections: Arc::new(Semaphore::new(max_connections)),
+            max_connections,
+            handshakes: Arc::new(HandshakeSlots::new(max_handshakes)),
             sessions: Arc::new(Semaphore::new(settings.max_sessions)),
             max_sessions: settings.max_sessions,
         }
     }
 
-    /// The permit a new connection authenticates under, or its refusal when `max_handshakes`
-    /// connections are authenticating already.
-    fn handshake_permit(&self) -> Result<OwnedSemaphorePermit, SessionFailure> {
-        Arc::clone(&self.handshakes)
+    /// The permit a new connection is served under, or its refusal when `max_connections` are
+    /// served already.
+    fn connection_permit(&self) -> Result<OwnedSemaphorePermit, SessionFailure> {
+        Arc::clone(&self.connections)
             .try_acquire_owned()
             .map_err(|_| SessionFailure {
-                refusal: Some(SessionResult::HandshakeLimit),
+                refusal: Some(SessionResult::ConnectionLimit),
                 ..failure(
                     ErrorReason::PeerError,
                     format!(
-                        "responder has {} handshakes in progress",
-                        self.max_handshakes
+                        "responder has {} control connections open",
+                        self.max_connections
                     ),
                 )
             })
     }
 
-    /// Authenticates the prober under `handshake` (released when the handshake ends) and
-    /// returns its node name and the permit held for its session.
+    /// Authenticates the prober in `handshake` (given up when the handshake ends) and returns
+    /// its node name and the permit held for its session.
     async fn admit(
         &self,
         conn: &mut Connection,
-        handshake: OwnedSemaphorePermit,
+        mut handshake: HandshakeSlot,
     ) -> Result<(String, OwnedSemaphorePermit), SessionFailure> {
-        let node = server_handshake(conn, &self.auth, self.io_timeout).await?;
+        let node = tokio::select! {
+            authenticated = server_handshake(conn, &self.auth, self.io_timeout) => authenticated?,
+            () = handshake.given_way() => {
+                return Err(SessionFailure {
+                    refusal: Some(SessionResult::HandshakeLimit),
+                    ..failure(
+                        ErrorReason::PeerError,
+                        format!(
+                            "responder has {} handshakes in progress; the oldest, this one, \
+                             gave way to a newer connection",
+                            self.handshakes.max
+                        ),
+                    )
+                })
+            }
+        };
         drop(handshake);
         let Ok(session) = Arc::clone(&self.sessions).try_acquire_owned() else {
             return Err(SessionFailure {
@@ -554,6 +585,77 @@ impl Admission {
             });
         };
         Ok((node, session))
+    }
+}
+
+/// The handshakes in progress, oldest first: at most `max`.
+struct HandshakeSlots {
+    max: usize,
+    held: std::sync::Mutex<HeldSlots>,
+}
+
+#[derive(Default)]
+struct HeldSlots {
+    next_id: u64,
+    /// Each slot's id and the sender that tells its connection to give way, oldest first.
+    by_age: std::collections::VecDeque<(u64, tokio::sync::oneshot::Sender<()>)>,
+}
+
+/// One connection's place among the handshakes in progress, given up when dropped.
+struct HandshakeSlot {
+    id: u64,
+    slots: Arc<HandshakeSlots>,
+    give_way: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl HandshakeSlots {
+    fn new(max: usize) -> Self {
+        HandshakeSlots {
+            max: max.max(1),
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldSlots> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a new connection, the oldest connection giving way when all are taken.
+    fn take(self: &Arc<Self>) -> HandshakeSlot {
+        let (tell, give_way) = tokio::sync::oneshot::channel();
+        let mut held = self.lock();
+        while held.by_age.len() >= self.max {
+            if let Some((_, oldest)) = held.by_age.pop_front() {
+                let _ = oldest.send(());
+            }
+        }
+        let id = held.next_id;
+        held.next_id += 1;
+        held.by_age.push_back((id, tell));
+        HandshakeSlot {
+            id,
+            slots: Arc::clone(self),
+            give_way,
+        }
+    }
+
+    #[cfg(test)]
+    fn in_progress(&self) -> usize {
+        self.lock().by_age.len()
+    }
+}
+
+impl HandshakeSlot {
+    /// Completes when a newer connection took this slot.
+    async fn given_way(&mut self) {
+        // The sender is dropped without a word only with this slot itself.
+        let _ = (&mut self.give_way).await;
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.slots.lock().by_age.retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -1214,10 +1316,8 @@ mod tests {
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let mut conn = Connection::new(stream).unwrap();
-                    let result = match admission.handshake_permit() {
-                        Ok(permit) => admission.admit(&mut conn, permit).await,
-                        Err(refused) => Err(refused),
-                    };
+                    let slot = admission.handshakes.take();
+                    let result = admission.admit(&mut conn, slot).await;
                     if let Err(e) = &result {
                         conn.send_error_best_effort(e.reason, &e.message).await;
                     }
@@ -1261,24 +1361,64 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_handshake_flood_beyond_the_cap_is_refused_at_once() {
+    async fn past_the_handshake_cap_the_oldest_gives_way_to_a_prober() {
         let (addr, mut results) = admitting(Admission::new(&settings(16, 2))).await;
         let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = Instant::now();
         let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let err = client_handshake(
+        client_handshake(
             &mut third,
             "node-c",
             &AuthMode::None,
             Duration::from_secs(2),
         )
         .await
-        .unwrap_err();
-        assert!(started.elapsed() < Duration::from_millis(500), "{err}");
-        let refused = results.recv().await.unwrap().unwrap_err();
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_millis(500));
+        let mut refused = None;
+        let mut admitted = None;
+        for _ in 0..2 {
+            match results.recv().await.unwrap() {
+                Ok(a) => admitted = Some(a),
+                Err(e) => refused = Some(e),
+            }
+        }
+        assert_eq!(admitted.unwrap().0, "node-c");
+        let refused = refused.unwrap();
         assert_eq!(refused.refusal(), Some(SessionResult::HandshakeLimit));
+        assert!(refused.message.contains("gave way"), "{}", refused.message);
+    }
+
+    #[test]
+    fn handshake_slots_hold_at_most_max_and_the_oldest_gives_way() {
+        let slots = Arc::new(HandshakeSlots::new(2));
+        let mut first = slots.take();
+        let mut second = slots.take();
+        assert_eq!(slots.in_progress(), 2);
+        let third = slots.take();
+        assert_eq!(slots.in_progress(), 2);
+        assert!(first.give_way.try_recv().is_ok());
+        assert!(second.give_way.try_recv().is_err());
+        drop(first);
+        assert_eq!(slots.in_progress(), 2);
+        drop(second);
+        drop(third);
+        assert_eq!(slots.in_progress(), 0);
+    }
+
+    #[test]
+    fn connections_past_the_cap_are_refused_as_connection_limit() {
+        let admission = Admission::new(&settings(3, 2));
+        let held: Vec<_> = (0..2 + 3 + REFUSALS_IN_FLIGHT)
+            .map(|_| admission.connection_permit().unwrap())
+            .collect();
+        let refused = admission.connection_permit().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::ConnectionLimit));
+        drop(held);
+        assert!(admission.connection_permit().is_ok());
     }
 
     #[tokio::test]
@@ -1355,16 +1495,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_handshake_cap_a_connection_is_refused_at_accept() {
+    async fn silent_connections_past_the_cap_give_way_and_are_told_why() {
         let (addr, metrics) = control_plane(4, 2, Duration::from_secs(5)).await;
-        let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let reply = third.recv(Duration::from_secs(1)).await.unwrap();
+        let mut oldest = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _newer = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(
+            &mut prober,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        let mut told = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut oldest, &mut told)
+            .await
+            .unwrap();
+        let (reply, _) = crate::control::decode(&told).unwrap().unwrap();
         assert!(
             matches!(&reply, Message::Error { reason: ErrorReason::PeerError, message }
-                if message.contains("2 handshakes in progress")),
+                if message.contains("gave way")),
             "{reply:?}"
         );
         assert_eq!(refusals(&metrics, "handshake_limit"), 1);

@@ -333,6 +333,25 @@ pub async fn run(
     Ok(())
 }
 
+/// Connections the kernel queues for the control port before the responder accepts them. The
+/// usual 128 overflows in a burst of connections (a flood, or every node of a large cluster at
+/// once): with SYN cookies the kernel then drops connections the client believes established,
+/// and a prober among them waits for its handshake deadline. The kernel caps it at
+/// `net.core.somaxconn` (4096 on current kernels).
+pub const CONTROL_BACKLOG: u32 = 1024;
+
+/// Binds the control port with [`CONTROL_BACKLOG`].
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(CONTROL_BACKLOG)
+}
+
 /// Serves the control protocol on `listener` with no device until `shutdown` completes: the
 /// connection limit, the handshake, its deadlines and every check of a session request up to
 /// the limits run as in [`run`], and a request that passes them all is refused with
@@ -458,7 +477,7 @@ async fn serve_connection(
                 shared.count(None, result);
             }
             shared.refusals.log(peer, &e);
-            conn.send_error_best_effort(e.reason, &e.message).await;
+            tell_why(&mut conn, &e).await;
             return;
         }
     };
@@ -485,12 +504,21 @@ async fn serve_connection(
             if let Some(result) = refusal {
                 shared.count(handler.device.as_deref(), result);
             }
-            conn.send_error_best_effort(e.reason, &e.message).await;
+            tell_why(&mut conn, &e).await;
         }
     }
     // The session's memory is deregistered here, off the async workers.
     if let Some(active) = handler.active.take() {
         let _ = tokio::task::spawn_blocking(move || drop(active)).await;
+    }
+}
+
+/// Sends the prober the failure that ends its connection, unless the failure is that the
+/// connection is gone (closed or reset: nobody reads it).
+async fn tell_why(conn: &mut Connection, failure: &SessionFailure) {
+    if failure.reason != ErrorReason::Connect {
+        conn.send_error_best_effort(failure.reason, &failure.message)
+            .await;
     }
 }
 

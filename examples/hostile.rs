@@ -12,6 +12,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -252,21 +254,35 @@ async fn slow_hello(addr: String, interval: Duration, wait: Duration) -> (Seen, 
 /// what the others got.
 async fn flood(addr: &str, count: usize, hold: Duration) -> (Tally, Value) {
     let since = Instant::now();
+    let connected = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
     for _ in 0..count {
-        let addr = addr.to_owned();
+        let (addr, connected) = (addr.to_owned(), Arc::clone(&connected));
         tasks.spawn(async move {
             let started = Instant::now();
-            match TcpStream::connect(&addr).await {
+            let result = TcpStream::connect(&addr).await;
+            connected.fetch_add(1, Ordering::Relaxed);
+            match result {
                 Ok(stream) => watch(stream, started, hold).await,
                 Err(e) => Seen::failed("connect_failed", e),
             }
         });
     }
+    // Tells a script on stderr when every connection is open, so it can probe in the middle.
+    let announce = tokio::spawn(async move {
+        while connected.load(Ordering::Relaxed) < count {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!(
+            "flood: {count} connections made in {} ms",
+            since.elapsed().as_millis()
+        );
+    });
     let mut tally = Tally::default();
     while let Some(seen) = tasks.join_next().await {
         tally.add(seen.unwrap_or_else(|e| Seen::failed("task_failed", e)));
     }
+    announce.abort();
     let within_1s = tally
         .closed_after_ms
         .iter()

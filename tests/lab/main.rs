@@ -10,6 +10,7 @@ mod baseline;
 mod bench;
 mod capacity;
 mod exporter;
+mod hostile;
 mod image;
 mod leaks;
 mod perftest;

@@ -389,6 +389,38 @@ async fn the_responder_survives_hostile_clients() {
         after.threads <= baseline.threads + 4,
         "{after:?} vs {baseline:?}"
     );
+
+    // The admin port: a flood of silent connections holds at most its cap of descriptors, and
+    // /metrics answers once it is over.
+    let http_flood = Args {
+        addr: target.metrics.clone(),
+        hold: 2.0,
+        ..args(&target, Attack::Flood, 300, &psk)
+    };
+    let sampled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (sampled, sampling) = (sampled.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                sampled.fetch_max(usage(pid).fds, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let report = hostile::run(&http_flood, Attack::Flood).await.unwrap();
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let http_peak = sampled.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "admin port flood: {report}; peak fds {http_peak}, baseline {}",
+        baseline.fds
+    );
+    assert!(
+        http_peak <= baseline.fds + rdma_probe_exporter::http::limit::MAX_CONNECTIONS + 8,
+        "peak fds {http_peak} in the admin port flood, baseline {baseline:?}"
+    );
+    assert!(target.sessions().contains_key("protocol"));
     assert!(target.alive());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,8 @@
 # busy by stalled connections meanwhile. A valid probe from node1 runs during the flood and
 # right after it. node2 records its own process (descriptors, threads, RSS) before, every
 # 0.25 s during and after the attack, its responder's sessions_total by result, and how many
-# of its own probes succeeded during the attack.
+# of its own probes succeeded during the attack. Last, 200 silent connections to node2's admin
+# port.
 bin=rdma-probe-exporter
 hostile=hostile
 (umask 077 && echo "lab-hostile-psk-0123456789abcdef" >/tmp/psk)
@@ -31,7 +32,7 @@ case $LAB_NODE in
     cat >/tmp/exporter.yaml <<EOF
 node: node2
 auth: {psk_file: /tmp/psk}
-listen: {metrics: 127.0.0.1:9587, control: 0.0.0.0:18516}
+listen: {metrics: 0.0.0.0:9587, control: 0.0.0.0:18516}
 devices:
   - {name: rxe0, port: 1}
 schedule: {duty_cycle: 20%}
@@ -117,6 +118,8 @@ EOF
     wait $stalls
     probe >probe-after.json
     lab_result probe_after_exit "$?"
+    # The admin port: silent connections past its cap are closed at once.
+    $hostile "$(lab_addr node2):9587" flood --count 200 --hold 5 >http-flood.jsonl 2>/dev/null
     lab_result attack_seconds $((SECONDS - t0))
     lab_signal attack-done
     lab_wait_signal node2 done 300

@@ -75,6 +75,8 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
         }
     }
 
+    eprintln!("admin port flood: {}", run.file("node1", "http-flood.jsonl"));
+
     // Every hostile connection counted once, under a refusal; no hostile session accepted.
     let before = fields(&target["sessions_before"]);
     let after = fields(&target["sessions_after"]);

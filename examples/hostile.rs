@@ -446,7 +446,9 @@ pub async fn run(args: &Args, attack: Attack) -> Result<Value, String> {
     let wait = Duration::from_secs_f64(args.wait);
     let addr = args.addr.clone();
     let started = Instant::now();
-    let name = format!("{attack:?}").to_lowercase();
+    let name = attack
+        .to_possible_value()
+        .map_or_else(|| format!("{attack:?}"), |v| v.get_name().to_owned());
     let report = match attack {
         Attack::Random => many(args.count, args.parallel, |_| {
             send_and_watch(addr.clone(), random_bytes(4096), false, wait)

@@ -65,7 +65,7 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
             "random" | "oversize" => only("error:protocol"),
             "truncated" => only("closed"),
             "slow" => only("error:timeout"),
-            "wrongpsk" => only("error:auth"),
+            "wrong-psk" => only("error:auth"),
             "absurd" => {
                 assert_eq!(outcomes["error:peer_error"], 2, "{report}");
                 assert_eq!(outcomes["error:protocol"], 4, "{report}");
@@ -75,7 +75,10 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
         }
     }
 
-    eprintln!("admin port flood: {}", run.file("node1", "http-flood.jsonl"));
+    eprintln!(
+        "admin port flood: {}",
+        run.file("node1", "http-flood.jsonl")
+    );
 
     // Every hostile connection counted once, under a refusal; no hostile session accepted.
     let before = fields(&target["sessions_before"]);

@@ -111,6 +111,9 @@ EOF
       sleep 0.1
     done
     cat flood.err
+    # Once the responder has worked through the queued connections: the stalled ones still hold
+    # every handshake slot, and the flood's connections are still open on this side.
+    sleep 1
     probe >probe-during.json
     lab_result probe_during_exit "$?"
     wait $flood

@@ -184,9 +184,26 @@ struct Shared {
     pinned: Arc<AtomicU64>,
     admission: Admission,
     metrics: ResponderMetrics,
+    refusals: RefusalLog,
 }
 
 impl Shared {
+    fn new(
+        settings: ResponderSettings,
+        devices: Vec<Arc<Served>>,
+        metrics: ResponderMetrics,
+    ) -> Self {
+        let identity = identity(&settings, &devices);
+        Shared {
+            admission: Admission::new(&settings, identity),
+            settings,
+            devices,
+            pinned: Arc::new(AtomicU64::new(0)),
+            metrics,
+            refusals: RefusalLog::default(),
+        }
+    }
+
     /// Counts a session under its device, or under the first device when the session never got
     /// one (refused in the handshake or at a limit before it asked for a device).
     fn count(&self, device: Option<&Served>, result: SessionResult) {
@@ -312,14 +329,59 @@ pub async fn run(
         listen = ?listener.local_addr().ok(),
         "responder ready"
     );
-    let identity = identity(&settings, &devices);
-    let shared = Arc::new(Shared {
-        admission: Admission::new(&settings, identity),
-        settings,
-        devices,
-        pinned: Arc::new(AtomicU64::new(0)),
-        metrics,
-    });
+    let shared = Arc::new(Shared::new(settings, devices, metrics));
+    accept_loop(&listener, &shared, shutdown).await;
+    port_watches.abort_all();
+    for ready in &conditions {
+        ready.set_not_ready("the responder is shutting down");
+    }
+    tracing::info!("responder shutting down");
+    Ok(())
+}
+
+/// Connections the kernel queues for the control port before the responder accepts them. The
+/// usual 128 overflows in a burst of connections (a flood, or every node of a large cluster at
+/// once): with SYN cookies the kernel then drops connections the client believes established,
+/// and a prober among them waits for its handshake deadline. The kernel caps it at
+/// `net.core.somaxconn` (4096 on current kernels).
+pub const CONTROL_BACKLOG: u32 = 1024;
+
+/// Binds the control port with [`CONTROL_BACKLOG`].
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(CONTROL_BACKLOG)
+}
+
+/// Serves the control protocol on `listener` with no device until `shutdown` completes: the
+/// connection limit, the handshake, its deadlines and every check of a session request up to
+/// the limits run as in [`run`], and a request that passes them all is refused with
+/// `no_device`. This is the responder as a hostile client meets it, on a host without RDMA
+/// (tests/hostile.rs runs its attacks against it); the node serves no probe with it.
+pub async fn run_without_devices(
+    listener: TcpListener,
+    settings: ResponderSettings,
+    metrics: ResponderMetrics,
+    shutdown: impl Future<Output = ()>,
+) {
+    let shared = Arc::new(Shared::new(settings, Vec::new(), metrics));
+    accept_loop(&listener, &shared, shutdown).await;
+}
+
+/// Accepts connections until `shutdown` completes. Each connection served holds a connection
+/// permit for its life; beyond them it is refused here, with one write that never waits and no
+/// task, so the connections (tasks, descriptors, buffers) the responder holds stay bounded
+/// however many a client opens (see [`Admission`]).
+async fn accept_loop(
+    listener: &TcpListener,
+    shared: &Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -334,14 +396,35 @@ pub async fn run(
                 }
             },
         };
-        tokio::spawn(serve_connection(Arc::clone(&shared), stream, peer));
+        match shared.admission.connection_permit() {
+            Ok(permit) => {
+                tokio::spawn(serve_connection(Arc::clone(shared), stream, peer, permit));
+            }
+            Err(refused) => refuse_at_once(shared, &stream, peer, &refused),
+        }
     }
-    port_watches.abort_all();
-    for ready in &conditions {
-        ready.set_not_ready("the responder is shutting down");
+}
+
+/// Tells a connection refused at accept why, with one non-blocking write of a clear `Error`
+/// frame (a hundred bytes fit any socket buffer; if not, the client learns it from the close),
+/// and counts it. The stream is closed when the caller drops it.
+fn refuse_at_once(
+    shared: &Shared,
+    stream: &TcpStream,
+    peer: std::net::SocketAddr,
+    refused: &SessionFailure,
+) {
+    if let Some(result) = refused.refusal() {
+        shared.count(None, result);
     }
-    tracing::info!("responder shutting down");
-    Ok(())
+    shared.refusals.log(peer, refused);
+    let msg = Message::Error {
+        reason: refused.reason,
+        message: refused.message.clone(),
+    };
+    if let Ok(frame) = crate::control::encode(&msg) {
+        let _ = stream.try_write(&frame);
+    }
 }
 
 /// What this responder tells a prober that proved the key: its node name, labels and devices
@@ -399,8 +482,14 @@ async fn watch_port(mut ctx: Context, ready: ReadinessCondition) {
     }
 }
 
-/// One control connection: admission, handshake, then the session.
-async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net::SocketAddr) {
+/// One control connection: admission, handshake, then the session. `_connection` is held until
+/// the connection is closed and its session's memory freed.
+async fn serve_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    _connection: OwnedSemaphorePermit,
+) {
     let mut conn = match Connection::new(stream) {
         Ok(c) => c,
         Err(e) => {
@@ -408,14 +497,15 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
             return;
         }
     };
-    let (node, _permit) = match shared.admission.admit(&mut conn).await {
+    let handshake = shared.admission.handshakes.take();
+    let (node, _permit) = match shared.admission.admit(&mut conn, handshake).await {
         Ok(admitted) => admitted,
         Err(e) => {
-            tracing::warn!(%peer, reason = %e.reason, error = %e.message, "connection refused");
-            if let Some(result) = e.refusal() {
+            if let Some(result) = e.refusal_before_session() {
                 shared.count(None, result);
             }
-            conn.send_error_best_effort(e.reason, &e.message).await;
+            shared.refusals.log(peer, &e);
+            tell_why(&mut conn, &e).await;
             return;
         }
     };
@@ -434,10 +524,15 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
         Err(e) => {
             tracing::warn!(%peer, %node, device = handler.device_name(), reason = %e.reason,
                 error = %e.message, "session ended");
-            if let Some(result) = e.refusal() {
+            let refusal = if handler.has_session() {
+                e.refusal()
+            } else {
+                e.refusal_before_session()
+            };
+            if let Some(result) = refusal {
                 shared.count(handler.device.as_deref(), result);
             }
-            conn.send_error_best_effort(e.reason, &e.message).await;
+            tell_why(&mut conn, &e).await;
         }
     }
     // The session's memory is deregistered here, off the async workers.
@@ -446,53 +541,98 @@ async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, peer: std::net
     }
 }
 
-/// Who gets a session: a connection authenticates under one of a few handshake permits and the
+/// Sends the prober the failure that ends its connection, unless the failure is that the
+/// connection is gone (closed or reset: nobody reads it).
+async fn tell_why(conn: &mut Connection, failure: &SessionFailure) {
+    if failure.reason != ErrorReason::Connect {
+        conn.send_error_best_effort(failure.reason, &failure.message)
+            .await;
+    }
+}
+
+/// Who gets a session: a connection authenticates in one of a few handshake slots, under the
 /// control timeout; only then does it take a session permit. Unauthenticated clients therefore
-/// never hold sessions, and a flood of them is refused at once beyond the handshake cap.
+/// never hold sessions. When every slot is taken, a new connection takes the oldest one's slot
+/// and that one is refused: connections held open without finishing their handshake (silent,
+/// slow, truncated) cannot keep a prober out, whose handshake takes a round trip or two.
+///
+/// Every connection served holds a connection permit for its life: the handshakes and sessions,
+/// plus [`REFUSALS_IN_FLIGHT`] for connections on their way out (a refused handshake sending
+/// its `Error`, a session freeing its memory). Past them a connection is refused at accept.
 struct Admission {
     auth: AuthMode,
     /// Sent in `AuthOk`, to authenticated probers only.
     identity: Option<NodeIdentity>,
     io_timeout: Duration,
-    handshakes: Arc<Semaphore>,
-    max_handshakes: usize,
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    handshakes: Arc<HandshakeSlots>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
 }
 
+/// Connections beyond the handshakes and sessions that may be finishing a refusal or a session's
+/// teardown at once.
+const REFUSALS_IN_FLIGHT: usize = 64;
+
 impl Admission {
     fn new(settings: &ResponderSettings, identity: Option<NodeIdentity>) -> Self {
         let max_handshakes = settings.max_handshakes.max(1);
+        let max_connections = max_handshakes
+            .saturating_add(settings.max_sessions)
+            .saturating_add(REFUSALS_IN_FLIGHT);
         Admission {
             auth: settings.auth.clone(),
             identity,
             io_timeout: settings.io_timeout,
-            handshakes: Arc::new(Semaphore::new(max_handshakes)),
-            max_handshakes,
+            connections: Arc::new(Semaphore::new(max_connections)),
+            max_connections,
+            handshakes: Arc::new(HandshakeSlots::new(max_handshakes)),
             sessions: Arc::new(Semaphore::new(settings.max_sessions)),
             max_sessions: settings.max_sessions,
         }
     }
 
-    /// Returns the prober's node name and the permit held for its session.
-    async fn admit(
-        &self,
-        conn: &mut Connection,
-    ) -> Result<(String, OwnedSemaphorePermit), SessionFailure> {
-        let Ok(handshake) = Arc::clone(&self.handshakes).try_acquire_owned() else {
-            return Err(SessionFailure {
-                refusal: Some(SessionResult::HandshakeLimit),
+    /// The permit a new connection is served under, or its refusal when `max_connections` are
+    /// served already.
+    fn connection_permit(&self) -> Result<OwnedSemaphorePermit, SessionFailure> {
+        Arc::clone(&self.connections)
+            .try_acquire_owned()
+            .map_err(|_| SessionFailure {
+                refusal: Some(SessionResult::ConnectionLimit),
                 ..failure(
                     ErrorReason::PeerError,
                     format!(
-                        "responder has {} handshakes in progress",
-                        self.max_handshakes
+                        "responder has {} control connections open",
+                        self.max_connections
                     ),
                 )
-            });
+            })
+    }
+
+    /// Authenticates the prober in `handshake` (given up when the handshake ends) and returns
+    /// its node name and the permit held for its session.
+    async fn admit(
+        &self,
+        conn: &mut Connection,
+        mut handshake: HandshakeSlot,
+    ) -> Result<(String, OwnedSemaphorePermit), SessionFailure> {
+        let node = tokio::select! {
+            authenticated = server_handshake(conn, &self.auth, self.identity.as_ref(), self.io_timeout) => authenticated?,
+            () = handshake.given_way() => {
+                return Err(SessionFailure {
+                    refusal: Some(SessionResult::HandshakeLimit),
+                    ..failure(
+                        ErrorReason::PeerError,
+                        format!(
+                            "responder has {} handshakes in progress; the oldest, this one, \
+                             gave way to a newer connection",
+                            self.handshakes.max
+                        ),
+                    )
+                })
+            }
         };
-        let node =
-            server_handshake(conn, &self.auth, self.identity.as_ref(), self.io_timeout).await?;
         drop(handshake);
         let Ok(session) = Arc::clone(&self.sessions).try_acquire_owned() else {
             return Err(SessionFailure {
@@ -504,6 +644,77 @@ impl Admission {
             });
         };
         Ok((node, session))
+    }
+}
+
+/// The handshakes in progress, oldest first: at most `max`.
+struct HandshakeSlots {
+    max: usize,
+    held: std::sync::Mutex<HeldSlots>,
+}
+
+#[derive(Default)]
+struct HeldSlots {
+    next_id: u64,
+    /// Each slot's id and the sender that tells its connection to give way, oldest first.
+    by_age: std::collections::VecDeque<(u64, tokio::sync::oneshot::Sender<()>)>,
+}
+
+/// One connection's place among the handshakes in progress, given up when dropped.
+struct HandshakeSlot {
+    id: u64,
+    slots: Arc<HandshakeSlots>,
+    give_way: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl HandshakeSlots {
+    fn new(max: usize) -> Self {
+        HandshakeSlots {
+            max: max.max(1),
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldSlots> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a new connection, the oldest connection giving way when all are taken.
+    fn take(self: &Arc<Self>) -> HandshakeSlot {
+        let (tell, give_way) = tokio::sync::oneshot::channel();
+        let mut held = self.lock();
+        while held.by_age.len() >= self.max {
+            if let Some((_, oldest)) = held.by_age.pop_front() {
+                let _ = oldest.send(());
+            }
+        }
+        let id = held.next_id;
+        held.next_id += 1;
+        held.by_age.push_back((id, tell));
+        HandshakeSlot {
+            id,
+            slots: Arc::clone(self),
+            give_way,
+        }
+    }
+
+    #[cfg(test)]
+    fn in_progress(&self) -> usize {
+        self.lock().by_age.len()
+    }
+}
+
+impl HandshakeSlot {
+    /// Completes when a newer connection took this slot.
+    async fn given_way(&mut self) {
+        // The sender is dropped without a word only with this slot itself.
+        let _ = (&mut self.give_way).await;
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.slots.lock().by_age.retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -526,6 +737,58 @@ impl SessionFailure {
             ErrorReason::Protocol => Some(SessionResult::Protocol),
             _ => None,
         }
+    }
+
+    /// [`SessionFailure::refusal`] for a connection that has no session yet: there a timeout
+    /// (a silent, slow or stalled client) and a closed or reset connection (a port scan, a
+    /// truncated frame) are refusals too, each under its own result.
+    fn refusal_before_session(&self) -> Option<SessionResult> {
+        self.refusal().or(match self.reason {
+            ErrorReason::Timeout => Some(SessionResult::Timeout),
+            ErrorReason::Connect => Some(SessionResult::Closed),
+            _ => None,
+        })
+    }
+}
+
+/// How many refusals are logged: at most one a second, with the number left out since, so that a
+/// flood of hostile connections costs the log a line a second, not a line a connection (the
+/// counters count every one).
+#[derive(Debug, Default)]
+struct RefusalLog {
+    state: std::sync::Mutex<RefusalLogState>,
+}
+
+#[derive(Debug, Default)]
+struct RefusalLogState {
+    last: Option<Instant>,
+    /// Refusals not logged since `last`.
+    left_out: u64,
+}
+
+impl RefusalLog {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn log(&self, peer: std::net::SocketAddr, refused: &SessionFailure) {
+        let Some(left_out) = self.admit_line(Instant::now()) else {
+            return;
+        };
+        tracing::warn!(%peer, reason = %refused.reason, error = %refused.message,
+            refusals_not_logged = left_out, "connection refused");
+    }
+
+    /// `Some(refusals left out since the last line)` when a line is due at `now`.
+    fn admit_line(&self, now: Instant) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let due = state
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= Self::EVERY);
+        if !due {
+            state.left_out += 1;
+            return None;
+        }
+        state.last = Some(now);
+        Some(std::mem::take(&mut state.left_out))
     }
 }
 
@@ -638,6 +901,11 @@ impl SessionHandler {
         self.device.as_deref().map_or("", Served::name)
     }
 
+    /// Whether the prober got a session: before that, the connection is still being admitted.
+    fn has_session(&self) -> bool {
+        self.active.is_some()
+    }
+
     fn chosen_device(&self) -> Result<&Served, SessionFailure> {
         self.device
             .as_deref()
@@ -650,7 +918,9 @@ impl SessionHandler {
             let msg = match conn.recv(wait).await {
                 Ok(m) => m,
                 Err(ControlError::Timeout { .. }) => return self.on_silence(wait),
-                Err(ControlError::Closed) => return Ok(SessionEnd::ProberClosed),
+                Err(ControlError::Closed) if self.has_session() => {
+                    return Ok(SessionEnd::ProberClosed)
+                }
                 Err(e) => return Err(e.into()),
             };
             let reply = match msg {
@@ -684,17 +954,27 @@ impl SessionHandler {
         }
     }
 
-    /// Between bursts the idle timeout; during one, long enough for the burst the prober
-    /// announced (the control channel is silent while it runs).
+    /// Before the session the control timeout (a prober asks for its session right after the
+    /// handshake; a client that does not holds a session permit for nothing); between bursts
+    /// the idle timeout; during one, long enough for the burst the prober announced (the
+    /// control channel is silent while it runs).
     fn wait_for_next_message(&self) -> Duration {
-        let idle = self.shared.settings.idle_timeout;
-        self.active
+        let Some(active) = &self.active else {
+            return self.shared.settings.io_timeout;
+        };
+        active
+            .burst
             .as_ref()
-            .and_then(|a| a.burst.as_ref())
-            .map_or(idle, |b| b.wait_for_end)
+            .map_or(self.shared.settings.idle_timeout, |b| b.wait_for_end)
     }
 
     fn on_silence(&self, waited: Duration) -> Result<SessionEnd, SessionFailure> {
+        if !self.has_session() {
+            return Err(failure(
+                ErrorReason::Timeout,
+                format!("no session request {waited:?} after the handshake"),
+            ));
+        }
         let in_burst = self.active.as_ref().is_some_and(|a| a.burst.is_some());
         if in_burst {
             Err(failure(
@@ -713,15 +993,19 @@ impl SessionHandler {
         if self.active.is_some() {
             return Err(failure(ErrorReason::Protocol, "session already set up"));
         }
+        // The memory is reserved before anything else, so a request beyond the limits costs no
+        // device query, allocation or verbs call.
+        let pinned = reserve_session_memory(&self.shared, request)?;
         let device = self.shared.select(request)?;
         self.device = Some(Arc::clone(&device));
         let shared = Arc::clone(&self.shared);
         let request_copy = request.clone();
         // Registering (pinning) a large region is a blocking system call.
-        let (accept, active) =
-            tokio::task::spawn_blocking(move || open_session(&shared, &device, &request_copy))
-                .await
-                .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
+        let (accept, active) = tokio::task::spawn_blocking(move || {
+            open_session(&shared, &device, &request_copy, pinned)
+        })
+        .await
+        .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
         tracing::info!(node = %self.node, device = self.device_name(), rail = ?request.rail,
             qps = request.qps, message_size = request.message_size, slots = active.set.slots(),
             "session set up");
@@ -868,6 +1152,7 @@ fn open_session(
     shared: &Shared,
     device: &Served,
     request: &SessionRequest,
+    pinned: PinnedReservation,
 ) -> Result<(SessionAccept, Active), SessionFailure> {
     let settings = &shared.settings;
     let mut ctx = device.ctx.clone();
@@ -881,21 +1166,6 @@ fn open_session(
     let qps =
         u16::try_from(request.qps).map_err(|_| failure(ErrorReason::Protocol, "too many QPs"))?;
     let slots = granted_slots(request, settings.max_session_bytes);
-    let bytes = request
-        .message_size
-        .saturating_mul(slots)
-        .saturating_mul(u64::from(qps));
-    let pinned = PinnedReservation::take(&shared.pinned, bytes, settings.max_pinned_bytes)
-        .ok_or_else(|| SessionFailure {
-            refusal: Some(SessionResult::Limit),
-            ..failure(
-                ErrorReason::PeerError,
-                format!(
-                    "responder pinned-memory limit: {bytes} more bytes would exceed {}",
-                    settings.max_pinned_bytes
-                ),
-            )
-        })?;
     let path = PathOptions {
         mtu: None,
         gid_index: device.gid_index,
@@ -946,6 +1216,35 @@ fn open_session(
             counters,
         },
     ))
+}
+
+/// Reserves the memory `request` would pin within `max_pinned_bytes`, or refuses it as `limit`.
+fn reserve_session_memory(
+    shared: &Shared,
+    request: &SessionRequest,
+) -> Result<PinnedReservation, SessionFailure> {
+    let settings = &shared.settings;
+    let bytes = session_bytes(request, settings.max_session_bytes);
+    PinnedReservation::take(&shared.pinned, bytes, settings.max_pinned_bytes).ok_or_else(|| {
+        SessionFailure {
+            refusal: Some(SessionResult::Limit),
+            ..failure(
+                ErrorReason::PeerError,
+                format!(
+                    "responder pinned-memory limit: {bytes} more bytes would exceed {}",
+                    settings.max_pinned_bytes
+                ),
+            )
+        }
+    })
+}
+
+/// The memory a session for `request` pins: its granted slots of one message on each QP.
+fn session_bytes(request: &SessionRequest, max_session_bytes: u64) -> u64 {
+    request
+        .message_size
+        .saturating_mul(granted_slots(request, max_session_bytes))
+        .saturating_mul(u64::from(request.qps))
 }
 
 /// Slots per QP the responder grants: what the prober asked for (`region_bytes` per QP), within
@@ -1077,7 +1376,8 @@ mod tests {
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let mut conn = Connection::new(stream).unwrap();
-                    let result = admission.admit(&mut conn).await;
+                    let slot = admission.handshakes.take();
+                    let result = admission.admit(&mut conn, slot).await;
                     if let Err(e) = &result {
                         conn.send_error_best_effort(e.reason, &e.message).await;
                     }
@@ -1121,24 +1421,64 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_handshake_flood_beyond_the_cap_is_refused_at_once() {
+    async fn past_the_handshake_cap_the_oldest_gives_way_to_a_prober() {
         let (addr, mut results) = admitting(Admission::new(&settings(16, 2), None)).await;
         let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = Instant::now();
         let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let err = client_handshake(
+        client_handshake(
             &mut third,
             "node-c",
             &AuthMode::None,
             Duration::from_secs(2),
         )
         .await
-        .unwrap_err();
-        assert!(started.elapsed() < Duration::from_millis(500), "{err}");
-        let refused = results.recv().await.unwrap().unwrap_err();
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_millis(500));
+        let mut refused = None;
+        let mut admitted = None;
+        for _ in 0..2 {
+            match results.recv().await.unwrap() {
+                Ok(a) => admitted = Some(a),
+                Err(e) => refused = Some(e),
+            }
+        }
+        assert_eq!(admitted.unwrap().0, "node-c");
+        let refused = refused.unwrap();
         assert_eq!(refused.refusal(), Some(SessionResult::HandshakeLimit));
+        assert!(refused.message.contains("gave way"), "{}", refused.message);
+    }
+
+    #[test]
+    fn handshake_slots_hold_at_most_max_and_the_oldest_gives_way() {
+        let slots = Arc::new(HandshakeSlots::new(2));
+        let mut first = slots.take();
+        let mut second = slots.take();
+        assert_eq!(slots.in_progress(), 2);
+        let third = slots.take();
+        assert_eq!(slots.in_progress(), 2);
+        assert!(first.give_way.try_recv().is_ok());
+        assert!(second.give_way.try_recv().is_err());
+        drop(first);
+        assert_eq!(slots.in_progress(), 2);
+        drop(second);
+        drop(third);
+        assert_eq!(slots.in_progress(), 0);
+    }
+
+    #[test]
+    fn connections_past_the_cap_are_refused_as_connection_limit() {
+        let admission = Admission::new(&settings(3, 2), None);
+        let held: Vec<_> = (0..2 + 3 + REFUSALS_IN_FLIGHT)
+            .map(|_| admission.connection_permit().unwrap())
+            .collect();
+        let refused = admission.connection_permit().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::ConnectionLimit));
+        drop(held);
+        assert!(admission.connection_permit().is_ok());
     }
 
     fn told() -> NodeIdentity {
@@ -1266,6 +1606,166 @@ mod tests {
         .await;
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
+    }
+
+    /// A device-less responder on loopback with `io_timeout`; returns its address and metrics.
+    async fn control_plane(
+        max_sessions: usize,
+        max_handshakes: usize,
+        io_timeout: Duration,
+    ) -> (String, crate::metrics::Metrics) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let metrics = crate::metrics::Metrics::new();
+        let settings = ResponderSettings {
+            devices: Vec::new(),
+            io_timeout,
+            ..settings(max_sessions, max_handshakes)
+        };
+        tokio::spawn(run_without_devices(
+            listener,
+            settings,
+            metrics.responder.clone(),
+            std::future::pending(),
+        ));
+        (addr, metrics)
+    }
+
+    /// `rdma_probe_responder_sessions_total{result}` of a device-less responder (0 if absent).
+    fn refusals(metrics: &crate::metrics::Metrics, result: &str) -> u64 {
+        let text = metrics
+            .encode(crate::metrics::Format::PrometheusText)
+            .unwrap();
+        let series =
+            format!(r#"rdma_probe_responder_sessions_total{{device="",result="{result}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    }
+
+    /// Waits until the server closes `stream`, discarding what it sent; returns how long it took.
+    async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
+        use tokio::io::AsyncReadExt;
+        let started = Instant::now();
+        let mut sink = [0u8; 1024];
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+        started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn silent_connections_past_the_cap_give_way_and_are_told_why() {
+        let (addr, metrics) = control_plane(4, 2, Duration::from_secs(5)).await;
+        let mut oldest = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _newer = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(
+            &mut prober,
+            "node-a",
+            &AuthMode::None,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        let mut told = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut oldest, &mut told)
+            .await
+            .unwrap();
+        let (reply, _) = crate::control::decode(&told).unwrap().unwrap();
+        assert!(
+            matches!(&reply, Message::Error { reason: ErrorReason::PeerError, message }
+                if message.contains("gave way")),
+            "{reply:?}"
+        );
+        assert_eq!(refusals(&metrics, "handshake_limit"), 1);
+    }
+
+    #[tokio::test]
+    async fn silence_and_an_early_close_before_a_session_are_refusals() {
+        use tokio::io::AsyncWriteExt;
+        let deadline = Duration::from_millis(300);
+        let (addr, metrics) = control_plane(4, 4, deadline).await;
+        // Silent: closed at the handshake deadline.
+        let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let waited = closed_after(&mut silent).await;
+        assert!(waited >= deadline - Duration::from_millis(50), "{waited:?}");
+        assert!(waited < deadline * 4, "{waited:?}");
+        // A truncated frame, then EOF.
+        let mut truncated = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        truncated.write_all(b"RPXC\x00\x02").await.unwrap();
+        truncated.shutdown().await.unwrap();
+        closed_after(&mut truncated).await;
+        // Authenticated, then no session request: closed at the same deadline.
+        let mut idle = connect(&addr, Duration::from_secs(2)).await.unwrap();
+        client_handshake(&mut idle, "node-a", &AuthMode::None, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let reply = idle.recv(Duration::from_secs(2)).await.unwrap();
+        assert!(
+            matches!(&reply, Message::Error { reason: ErrorReason::Timeout, message }
+                if message.contains("no session request")),
+            "{reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(refusals(&metrics, "timeout"), 2);
+        assert_eq!(refusals(&metrics, "closed"), 1);
+    }
+
+    #[tokio::test]
+    async fn requests_beyond_the_limits_are_refused_before_any_device_is_used() {
+        let (addr, metrics) = control_plane(4, 4, Duration::from_secs(2)).await;
+        let ask = |request: SessionRequest| {
+            let addr = addr.clone();
+            async move {
+                let mut conn = connect(&addr, Duration::from_secs(2)).await.unwrap();
+                client_handshake(&mut conn, "node-a", &AuthMode::None, Duration::from_secs(2))
+                    .await
+                    .unwrap();
+                conn.request(&Message::SessionRequest(request), Duration::from_secs(2))
+                    .await
+                    .unwrap_err()
+            }
+        };
+        // 2 GiB in one message: beyond the 1 GiB pinned budget, whatever the device.
+        let err = ask(request(1, 1 << 31, 1 << 31)).await;
+        assert!(err.to_string().contains("pinned-memory limit"), "{err}");
+        // 64 QPs of 16 MiB messages: one slot each is 1 GiB, within the budget.
+        let err = ask(request(64, 16 << 20, u64::MAX)).await;
+        assert_eq!(err.reason(), ErrorReason::NoDevice, "{err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(refusals(&metrics, "limit"), 1);
+        assert_eq!(refusals(&metrics, "accepted"), 0);
+    }
+
+    #[test]
+    fn refusals_are_logged_once_a_second_with_the_number_left_out() {
+        let log = RefusalLog::default();
+        let t0 = Instant::now();
+        assert_eq!(log.admit_line(t0), Some(0));
+        assert_eq!(log.admit_line(t0 + Duration::from_millis(500)), None);
+        assert_eq!(log.admit_line(t0 + Duration::from_millis(900)), None);
+        assert_eq!(log.admit_line(t0 + Duration::from_secs(1)), Some(2));
+        assert_eq!(log.admit_line(t0 + Duration::from_secs(3)), Some(0));
+    }
+
+    #[test]
+    fn only_before_a_session_are_timeouts_and_closes_refusals() {
+        let timeout = failure(ErrorReason::Timeout, "no burst_end");
+        assert_eq!(timeout.refusal(), None);
+        assert_eq!(
+            timeout.refusal_before_session(),
+            Some(SessionResult::Timeout)
+        );
+        let closed = failure(ErrorReason::Connect, "reset");
+        assert_eq!(closed.refusal(), None);
+        assert_eq!(closed.refusal_before_session(), Some(SessionResult::Closed));
+        let auth = failure(ErrorReason::Auth, "bad proof");
+        assert_eq!(auth.refusal_before_session(), Some(SessionResult::Auth));
     }
 
     fn request(qps: u32, message_size: u64, region_bytes: u64) -> SessionRequest {

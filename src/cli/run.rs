@@ -82,7 +82,7 @@ async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCod
                 listen.metrics
             )
         })?,
-        control: TcpListener::bind(listen.control).await.with_context(|| {
+        control: responder::listen(listen.control).with_context(|| {
             format!(
                 "cannot listen on {} (listen.control in the config)",
                 listen.control
@@ -194,8 +194,7 @@ async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
         Allowance::current(),
         "--max-pinned",
     )?;
-    let listener = TcpListener::bind(action.listen)
-        .await
+    let listener = responder::listen(action.listen)
         .with_context(|| format!("cannot listen on {} (--listen)", action.listen))?;
     let metrics = Metrics::new();
     let readiness = Readiness::new();

@@ -316,7 +316,39 @@ impl Connection {
         }
         // Encoding errors are ours (e.g. an oversize message): the stream is still in sync.
         let frame = self.frame(msg)?;
-        match timeout_at(until, self.stream.write_all(&frame)).await {
+        self.write_frame(&frame, until, budget).await
+    }
+
+    /// Sends `json` as one message's payload, unchecked (sealed once the handshake agreed on
+    /// keys): for tools that play a peer sending what this build never would, such as a session
+    /// request for more QPs than the protocol allows (examples/hostile.rs).
+    pub async fn send_unchecked_payload(
+        &mut self,
+        json: &[u8],
+        deadline: Duration,
+    ) -> Result<(), ControlError> {
+        if self.tx_broken {
+            return Err(ControlError::Broken);
+        }
+        let frame = match &mut self.keys {
+            Some(keys) => keys.sealer.seal_payload(json)?,
+            None => {
+                let mut frame = codec::header(codec::FrameFlags::CLEAR, json.len())?.to_vec();
+                frame.extend_from_slice(json);
+                frame
+            }
+        };
+        self.write_frame(&frame, Instant::now() + deadline, deadline)
+            .await
+    }
+
+    async fn write_frame(
+        &mut self,
+        frame: &[u8],
+        until: Instant,
+        budget: Duration,
+    ) -> Result<(), ControlError> {
+        match timeout_at(until, self.stream.write_all(frame)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 self.tx_broken = true;

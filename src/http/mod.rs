@@ -1,8 +1,9 @@
 //! The admin HTTP server: `/metrics` for Prometheus, `/healthz` (the process answers) and
 //! `/readyz` (it can serve probes) for Kubernetes, and at `/` a short index, or in the exporter
 //! the status page of every probed path ([`status`]). Read-only: nothing here changes what the
-//! exporter does.
+//! exporter does. Connections are capped and closed when idle ([`limit`]).
 
+pub mod limit;
 pub mod status;
 
 use std::future::Future;
@@ -102,6 +103,8 @@ async fn serve_state(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
+    let listener =
+        limit::LimitedListener::new(listener, limit::MAX_CONNECTIONS, limit::IDLE_TIMEOUT);
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

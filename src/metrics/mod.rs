@@ -194,9 +194,18 @@ pub enum SessionResult {
     Auth,
     /// The session limit or the pinned-memory budget.
     Limit,
-    /// Too many connections still in the authentication handshake.
+    /// A connection still in the authentication handshake when `max_handshakes` newer ones
+    /// arrived (it gave way to them).
     HandshakeLimit,
     Protocol,
+    /// Too many control connections open at once: refused at accept, before any read.
+    ConnectionLimit,
+    /// No complete handshake, or no session request after it, within the control timeout
+    /// (silent, slow or stalled clients).
+    Timeout,
+    /// The client closed or reset the connection before it had a session (port scans, truncated
+    /// frames).
+    Closed,
 }
 
 impl SessionResult {
@@ -208,6 +217,9 @@ impl SessionResult {
             SessionResult::Limit => "limit",
             SessionResult::HandshakeLimit => "handshake_limit",
             SessionResult::Protocol => "protocol",
+            SessionResult::ConnectionLimit => "connection_limit",
+            SessionResult::Timeout => "timeout",
+            SessionResult::Closed => "closed",
         }
     }
 }

@@ -11,6 +11,7 @@ mod bench;
 mod capacity;
 mod discovery;
 mod exporter;
+mod hostile;
 mod image;
 mod leaks;
 mod perftest;

@@ -214,7 +214,7 @@ fn assert_fresh(root: &Path, bin: &Path) {
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| {
             panic!(
-                "{}: {e}: build it first (cargo build --release --bins)",
+                "{}: {e}: build it first (cargo build --release --bins --examples)",
                 bin.display()
             )
         });
@@ -235,7 +235,7 @@ fn assert_fresh(root: &Path, bin: &Path) {
         if let Ok(changed) = changed {
             assert!(
                 changed <= built,
-                "{} is older than {}: rebuild it (cargo build --release --bins)",
+                "{} is older than {}: rebuild it (cargo build --release --bins --examples)",
                 bin.display(),
                 source.display()
             );

@@ -1,0 +1,133 @@
+# Two nodes: node2 runs the exporter (its responder, and its own schedule probing node1, which
+# runs a responder); node1 attacks node2's control port with examples/hostile.rs: random bytes,
+# oversized and truncated frames, stalled and slow handshakes, wrong keys, absurd session
+# requests after a valid handshake, then 1,000 connections at once with handshake slots kept
+# busy by stalled connections meanwhile. A valid probe from node1 runs during the flood and
+# right after it. node2 records its own process (descriptors, threads, RSS) before, every
+# 0.25 s during and after the attack, its responder's sessions_total by result, and how many
+# of its own probes succeeded during the attack. Last, 200 silent connections to node2's admin
+# port.
+bin=rdma-probe-exporter
+hostile=hostile
+(umask 077 && echo "lab-hostile-psk-0123456789abcdef" >/tmp/psk)
+url=http://127.0.0.1:9587/metrics
+
+# process PID: "fds=N threads=N rss_kib=N".
+process() {
+  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=$(awk '/^Threads:/ {print $2}' "/proc/$1/status") rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+}
+# sessions: the responder's sessions_total as "result=N ..." (all devices together).
+sessions() {
+  curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_responder_sessions_total{") == 1 {
+      match($0, /result="[a-z_]+"/); r = substr($0, RSTART + 8, RLENGTH - 9); n[r] += $2 }
+    END { for (r in n) printf "%s=%d ", r, n[r] }' | sed 's/ $//'
+}
+successes() {
+  curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_runs_total{") == 1 && index($0, "peer=\"node1\"") && index($0, "result=\"success\"") {s += $2} END {print s + 0}'
+}
+
+case $LAB_NODE in
+  node2)
+    lab_wait_signal node1 responder-up 300 || exit 1
+    cat >/tmp/exporter.yaml <<EOF
+node: node2
+auth: {psk_file: /tmp/psk}
+listen: {metrics: 0.0.0.0:9587, control: 0.0.0.0:18516}
+devices:
+  - {name: rxe0, port: 1}
+schedule: {duty_cycle: 20%}
+defaults:
+  interval: 2s
+  jitter: 0%
+  message_size: 16KiB
+  burst: {duration: 100ms}
+  rate_limit: 20Mbps
+  unpaced_every: 0
+  qp_timeout: 17
+  # Also the responder's handshake deadline: a stalled connection holds a slot this long.
+  timeout: 3s
+peers:
+  - {name: node1, address: $(lab_addr node1):18516}
+EOF
+    $bin run --config /tmp/exporter.yaml >exporter.log 2>&1 &
+    pid=$!
+    fail() { echo "$1" >&2; tail -n 30 exporter.log >&2; lab_signal ready; lab_signal done; exit 1; }
+    lab_wait_metric "$url" "rdma_probe_runs_total{device=\"rxe0\",peer=\"node1\",peer_device=\"rxe0\",result=\"success\"}" 1 120 ||
+      fail "node2's own schedule never succeeded"
+    sleep 1
+    lab_result baseline "$(process $pid)"
+    lab_result sessions_before "$(sessions)"
+    lab_signal ready
+    lab_wait_signal node1 attack-start 300 || fail "node1 never attacked"
+    ok_start=$(successes)
+    t0=$SECONDS
+    while [ ! -e /mnt/nodes/node1/signal-attack-done ] && [ $((SECONDS - t0)) -lt 300 ]; do
+      process $pid >>samples.txt
+      sleep 0.25
+    done
+    ok_end=$(successes)
+    lab_result own_schedule "success_during=$((ok_end - ok_start)) attack_seconds=$((SECONDS - t0))"
+    lab_result peak "$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[2] > m[kv[1]]) m[kv[1]] = kv[2] } }
+      END { printf "fds=%d threads=%d rss_kib=%d samples=%d", m["fds"], m["threads"], m["rss_kib"], NR }' samples.txt)"
+    sleep 3
+    lab_result after "$(process $pid)"
+    lab_result sessions_after "$(sessions)"
+    kill -0 $pid && lab_result alive yes
+    ok_before_end=$(successes)
+    sleep 4
+    lab_result own_schedule_after "success_after=$(($(successes) - ok_before_end))"
+    curl -sS --max-time 5 "$url" >metrics.txt
+    lab_signal done
+    kill -TERM $pid
+    wait $pid
+    lab_result exit "$?"
+    grep -c "connection refused" exporter.log | sed 's/^/refusal log lines: /'
+    ;;
+  node1)
+    $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+    responder=$!
+    lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    lab_signal responder-up
+    lab_wait_signal node2 ready 300 || exit 1
+    target=$(lab_addr node2):18516
+    attack() { $hostile "$target" "$@" --psk-file /tmp/psk --wait 20 >>hostile.jsonl; }
+    probe() { $bin probe "$target" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 --duration 200ms; }
+    lab_signal attack-start
+    t0=$SECONDS
+    attack random --count 24
+    attack oversize --count 24
+    attack truncated --count 24
+    attack stall --count 8
+    attack slow --interval 0.5
+    attack wrong-psk --count 24
+    attack absurd
+    # The flood, and stalled connections that keep every handshake slot busy meanwhile.
+    $hostile "$target" flood --count 1000 --hold 60 >>hostile.jsonl 2>flood.err &
+    flood=$!
+    (for i in 1 2 3 4; do attack stall --count 8; done) &
+    stalls=$!
+    until grep -q "connections made" flood.err; do
+      kill -0 $flood 2>/dev/null || break
+      sleep 0.1
+    done
+    cat flood.err
+    # Once the responder has worked through the queued connections: the stalled ones still hold
+    # every handshake slot, and the flood's connections are still open on this side.
+    sleep 1
+    probe >probe-during.json
+    lab_result probe_during_exit "$?"
+    wait $flood
+    lab_result flood_exit "$?"
+    wait $stalls
+    probe >probe-after.json
+    lab_result probe_after_exit "$?"
+    # The admin port: silent connections past its cap are closed at once.
+    $hostile "$(lab_addr node2):9587" flood --count 200 --hold 5 >http-flood.jsonl 2>/dev/null
+    lab_result attack_seconds $((SECONDS - t0))
+    lab_signal attack-done
+    lab_wait_signal node2 done 300
+    kill -TERM $responder
+    wait $responder
+    ;;
+esac
+exit 0

@@ -466,7 +466,10 @@ proptest! {
             // The demand may differ in its last bits: summed afresh, or kept up to date.
             let (mut x, mut y) = (a.sc.device_stats(d, a.t).unwrap(), b.device_stats(d, a.t).unwrap());
             prop_assert!((x.demand - y.demand).abs() < 1e-12);
+            // So may the stretch derived from it.
+            prop_assert!((x.stretch_factor - y.stretch_factor).abs() < 1e-9 * x.stretch_factor);
             (x.demand, y.demand) = (0.0, 0.0);
+            (x.stretch_factor, y.stretch_factor) = (0.0, 0.0);
             prop_assert_eq!(x, y);
         }
     }

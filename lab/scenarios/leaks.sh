@@ -55,7 +55,7 @@ defaults:
   # kernel does not end it with a retry-exceeded completion when its packets are dropped at the
   # qdisc: the burst's timeout ends it (reason timeout). Short, so 500 failures take minutes.
   qp_timeout: 12
-  timeout: 1500ms
+  timeout: 2s
 peers:
   - {name: node2, address: $(lab_addr node2):18516}
 EOF

@@ -606,31 +606,31 @@ impl<K: ScheduleKey> Scheduler<K> {
         dev.bursts += 1;
         dev.burst_time = dev.burst_time.saturating_add(outcome.burst_time);
 
-        let run = match dev.paths.get_mut(key) {
-            Some(p) => match p.running.take() {
-                Some(run) => {
-                    if outcome.kind != OutcomeKind::Busy {
-                        let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
-                        p.cost += change;
-                        dev.demand += change / p.plan.interval.as_secs_f64();
-                    }
-                    run
-                }
-                // Removed and added again while the old burst ran: that burst is not this
-                // path's.
-                None => return Completion::PathGone,
-            },
-            None => {
-                if dev.paths.is_empty() {
-                    self.devices.remove(key.device());
-                }
-                return Completion::PathGone;
+        // One lookup of the path: its fields and the device's demand are borrowed apart.
+        let DeviceState {
+            paths,
+            demand,
+            idle,
+            deferred_busy,
+            ..
+        } = dev;
+        let Some(p) = paths.get_mut(key) else {
+            if paths.is_empty() {
+                self.devices.remove(key.device());
             }
-        };
-        let factor = stretch(dev.demand(), self.config.duty_cycle);
-        let Some(p) = dev.paths.get_mut(key) else {
             return Completion::PathGone;
         };
+        // None: removed and added again while the old burst ran, so that burst is not this
+        // path's.
+        let Some(run) = p.running.take() else {
+            return Completion::PathGone;
+        };
+        if outcome.kind != OutcomeKind::Busy {
+            let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+            p.cost += change;
+            *demand += change / p.plan.interval.as_secs_f64();
+        }
+        let factor = stretch(*demand, self.config.duty_cycle);
         let jitter = 1.0 + p.plan.jitter * (2.0 * self.rng.unit() - 1.0);
         let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
         match outcome.kind {
@@ -650,7 +650,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
             OutcomeKind::Busy => {
                 p.stats.deferred_busy += 1;
-                dev.deferred_busy += 1;
+                *deferred_busy += 1;
                 let slot = *p.retry_until.get_or_insert(run.started.saturating_add(gap));
                 let retry = now.saturating_add(p.backoff);
                 if retry < slot {
@@ -666,7 +666,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 }
             }
         }
-        dev.idle.insert((p.next_due, key.clone()));
+        idle.insert((p.next_due, key.clone()));
         Completion::Recorded
     }
 

@@ -32,8 +32,8 @@ use thiserror::Error;
 
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{
-    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathKey, PathPlan, Role,
-    Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
+    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathKey,
+    PathPlan, Role, Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
 };
 pub use report::{GapFigures, NodeFigures, Report, Summary};
 use stats::{GapTracker, NodeStats};

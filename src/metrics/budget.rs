@@ -112,6 +112,10 @@ pub struct SeriesBudget<K> {
     /// eviction order, and expiry order.
     sampled: BTreeSet<(Duration, K)>,
     preferred: BTreeSet<(Duration, K)>,
+    /// At most the last probe of every path on `/metrics` ([`Duration::MAX`] when none is):
+    /// lets [`expire`](Self::expire), which runs at every probe, return without walking to the
+    /// first entry of each order when nothing can be stale.
+    oldest: Duration,
     base: usize,
     detail: usize,
     derived: usize,
@@ -128,6 +132,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             paths: FastMap::default(),
             sampled: BTreeSet::new(),
             preferred: BTreeSet::new(),
+            oldest: Duration::MAX,
             base: 0,
             detail: 0,
             derived: 0,
@@ -275,6 +280,9 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         let Some(cutoff) = now.checked_sub(self.ttl) else {
             return Vec::new();
         };
+        if self.oldest >= cutoff {
+            return Vec::new();
+        }
         // Each order is by last probe: the stale paths come first.
         let mut stale = Vec::new();
         for order in [&self.sampled, &self.preferred] {
@@ -290,6 +298,11 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         for key in &stale {
             self.take(key);
         }
+        self.oldest = [&self.sampled, &self.preferred]
+            .into_iter()
+            .filter_map(|order| order.first().map(|(last, _)| *last))
+            .min()
+            .unwrap_or(Duration::MAX);
         stale
     }
 
@@ -320,6 +333,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
     }
 
     fn put(&mut self, key: K, entry: Entry) {
+        self.oldest = self.oldest.min(entry.last);
         self.base += entry.series.base;
         self.detail += entry.series.detail;
         self.derived += entry.series.derived;

@@ -255,6 +255,79 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 }
 
+/// The devices of a node, in name order. A node has a handful of local devices, so a sorted
+/// `Vec` searched by bisection finds one in a cache line or two, where a B-tree map walks its
+/// nodes; a simulated cluster looks devices up several times per burst.
+#[derive(Debug, Clone)]
+struct Devices<D, V>(Vec<(D, V)>);
+
+impl<D, V> Default for Devices<D, V> {
+    fn default() -> Self {
+        Devices(Vec::new())
+    }
+}
+
+impl<D: Ord, V> Devices<D, V> {
+    fn find<Q>(&self, device: &Q) -> Result<usize, usize>
+    where
+        D: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.binary_search_by(|(d, _)| d.borrow().cmp(device))
+    }
+
+    fn get<Q>(&self, device: &Q) -> Option<&V>
+    where
+        D: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(device).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut<Q>(&mut self, device: &Q) -> Option<&mut V>
+    where
+        D: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(device).ok().map(|i| &mut self.0[i].1)
+    }
+
+    fn get_or_insert_with(&mut self, device: D, make: impl FnOnce() -> V) -> &mut V {
+        let i = match self.find(&device) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (device, make()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn remove<Q>(&mut self, device: &Q) -> Option<V>
+    where
+        D: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(device).ok().map(|i| self.0.remove(i).1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&D, &V)> {
+        self.0.iter().map(|(d, v)| (d, v))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &D> {
+        self.0.iter().map(|(d, _)| d)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+}
+
 /// Decides when each path is probed. Pure: time and randomness are injected, nothing blocks.
 ///
 /// Time is a `Duration` since an epoch the caller picks (e.g. an `Instant` taken at start-up) and
@@ -267,7 +340,7 @@ impl<K: ScheduleKey> DeviceState<K> {
 pub struct Scheduler<K: ScheduleKey = PathKey> {
     config: ScheduleConfig,
     rng: SplitMix64,
-    devices: BTreeMap<K::Device, DeviceState<K>>,
+    devices: Devices<K::Device, DeviceState<K>>,
     /// Per device, in name order: the earliest time it may start a burst (its next path's due
     /// time or its gate, whichever is later; [`NEVER`] while a burst runs or without paths).
     /// A compact copy of what each device says, so that a poll touches only the devices that
@@ -286,7 +359,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         Ok(Scheduler {
             config,
             rng: SplitMix64::new(node_seed),
-            devices: BTreeMap::new(),
+            devices: Devices::default(),
             ready: Vec::new(),
         })
     }
@@ -368,8 +441,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             let config = &self.config;
             let dev = self
                 .devices
-                .entry(name.clone())
-                .or_insert_with(|| DeviceState::new(now, config));
+                .get_or_insert_with(name.clone(), || DeviceState::new(now, config));
             touched.remove(&name);
             // (key, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
@@ -439,6 +511,14 @@ impl<K: ScheduleKey> Scheduler<K> {
     /// an open budget gate, each the most overdue due path of its device.
     pub fn poll(&mut self, now: Duration) -> Vec<Dispatch<K>> {
         let mut out = Vec::new();
+        self.poll_into(now, &mut out);
+        out
+    }
+
+    /// [`poll`](Self::poll) into `out` (cleared first), for a caller that polls often and keeps
+    /// one buffer.
+    pub fn poll_into(&mut self, now: Duration, out: &mut Vec<Dispatch<K>>) {
+        out.clear();
         for i in 0..self.ready.len() {
             if self.ready[i].1 > now {
                 continue;
@@ -451,7 +531,6 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
             self.ready[i].1 = dev.ready_at();
         }
-        out
     }
 
     /// Starts `dev`'s most overdue due path, if its gate is open and nothing runs.
@@ -527,31 +606,31 @@ impl<K: ScheduleKey> Scheduler<K> {
         dev.bursts += 1;
         dev.burst_time = dev.burst_time.saturating_add(outcome.burst_time);
 
-        let run = match dev.paths.get_mut(key) {
-            Some(p) => match p.running.take() {
-                Some(run) => {
-                    if outcome.kind != OutcomeKind::Busy {
-                        let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
-                        p.cost += change;
-                        dev.demand += change / p.plan.interval.as_secs_f64();
-                    }
-                    run
-                }
-                // Removed and added again while the old burst ran: that burst is not this
-                // path's.
-                None => return Completion::PathGone,
-            },
-            None => {
-                if dev.paths.is_empty() {
-                    self.devices.remove(key.device());
-                }
-                return Completion::PathGone;
+        // One lookup of the path: its fields and the device's demand are borrowed apart.
+        let DeviceState {
+            paths,
+            demand,
+            idle,
+            deferred_busy,
+            ..
+        } = dev;
+        let Some(p) = paths.get_mut(key) else {
+            if paths.is_empty() {
+                self.devices.remove(key.device());
             }
-        };
-        let factor = stretch(dev.demand(), self.config.duty_cycle);
-        let Some(p) = dev.paths.get_mut(key) else {
             return Completion::PathGone;
         };
+        // None: removed and added again while the old burst ran, so that burst is not this
+        // path's.
+        let Some(run) = p.running.take() else {
+            return Completion::PathGone;
+        };
+        if outcome.kind != OutcomeKind::Busy {
+            let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
+            p.cost += change;
+            *demand += change / p.plan.interval.as_secs_f64();
+        }
+        let factor = stretch(*demand, self.config.duty_cycle);
         let jitter = 1.0 + p.plan.jitter * (2.0 * self.rng.unit() - 1.0);
         let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
         match outcome.kind {
@@ -571,7 +650,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
             OutcomeKind::Busy => {
                 p.stats.deferred_busy += 1;
-                dev.deferred_busy += 1;
+                *deferred_busy += 1;
                 let slot = *p.retry_until.get_or_insert(run.started.saturating_add(gap));
                 let retry = now.saturating_add(p.backoff);
                 if retry < slot {
@@ -587,7 +666,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 }
             }
         }
-        dev.idle.insert((p.next_due, key.clone()));
+        idle.insert((p.next_due, key.clone()));
         Completion::Recorded
     }
 
@@ -680,7 +759,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             .map(|(name, dev)| (name.clone(), dev.ready_at()))
             .collect();
         assert_eq!(ready, self.ready, "ready summary");
-        for (name, dev) in &self.devices {
+        for (name, dev) in self.devices.iter() {
             let mut copy = dev.clone();
             copy.index_idle();
             assert_eq!(copy.idle, dev.idle, "{name:?}: idle index");

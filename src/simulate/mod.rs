@@ -32,8 +32,8 @@ use thiserror::Error;
 
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{
-    fit_plans, seed_from_name, Layout, LocalDevice, Outcome, OutcomeKind, PathKey, PathPlan, Role,
-    Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
+    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathKey,
+    PathPlan, Role, Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
 };
 pub use report::{GapFigures, NodeFigures, Report, Summary};
 use stats::{GapTracker, NodeStats};
@@ -244,6 +244,8 @@ struct Sim<'a> {
     responders: Vec<Responder>,
     queue: BinaryHeap<Reverse<(Duration, u32)>>,
     gaps: GapTracker,
+    /// The buffer of each step's dispatches (one allocation for the whole run).
+    dispatches: Vec<Dispatch<SimKey>>,
     peak_aimed: u32,
     attempts: u64,
     busy: u64,
@@ -314,6 +316,7 @@ impl<'a> Sim<'a> {
             responders: vec![Responder::default(); config.nodes * config.rails as usize],
             queue: BinaryHeap::with_capacity(config.nodes),
             gaps: GapTracker::new(config, groups, track_all),
+            dispatches: Vec::with_capacity(config.rails as usize),
             peak_aimed: 0,
             attempts: 0,
             busy: 0,
@@ -380,10 +383,12 @@ impl<'a> Sim<'a> {
         if round > self.nodes[n].round {
             self.new_round(n, round, t)?;
         }
-        let dispatches = self.nodes[n].sched.poll(t);
-        for d in dispatches {
+        let mut dispatches = std::mem::take(&mut self.dispatches);
+        self.nodes[n].sched.poll_into(t, &mut dispatches);
+        for d in &dispatches {
             self.attempt(n, d.key, t);
         }
+        self.dispatches = dispatches;
         self.reschedule(n, t);
         Ok(())
     }

@@ -116,9 +116,9 @@ pub(super) struct GapTracker {
     rails: usize,
     nodes: usize,
     nodes_per_group: usize,
-    /// Per (source group, target group, rail): last probe (ms) and longest gap.
-    pair_last: Vec<u32>,
-    pair_gap: Vec<u32>,
+    /// Per (source group, target group, rail): last probe (ms) and longest gap, side by side so
+    /// that a probe touches one cache line of this table, not two.
+    pairs: Vec<(u32, u32)>,
     /// Per path (prober, peer, rail): last probe (ms) and the longest gap so far.
     paths: Option<FastMap<u64, u32>>,
     path_gap: u32,
@@ -136,8 +136,7 @@ impl GapTracker {
             rails: config.rails as usize,
             nodes: config.nodes,
             nodes_per_group: config.nodes_per_group,
-            pair_last: vec![0; pairs],
-            pair_gap: vec![0; pairs],
+            pairs: vec![(0, 0); pairs],
             paths: track_all.then(FastMap::default),
             path_gap: 0,
         }
@@ -149,8 +148,9 @@ impl GapTracker {
         let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
         if g != h {
             let i = (g * self.groups + h) * self.rails + usize::from(rail);
-            self.pair_gap[i] = self.pair_gap[i].max(now - self.pair_last[i]);
-            self.pair_last[i] = now;
+            let (last, gap) = &mut self.pairs[i];
+            *gap = (*gap).max(now - *last);
+            *last = now;
         }
         if let Some(paths) = &mut self.paths {
             let id =
@@ -169,7 +169,8 @@ impl GapTracker {
             for h in (0..self.groups).filter(|h| *h != g) {
                 for r in 0..self.rails {
                     let i = (g * self.groups + h) * self.rails + r;
-                    pair_gaps.push(self.pair_gap[i].max(end_ms - self.pair_last[i]));
+                    let (last, gap) = self.pairs[i];
+                    pair_gaps.push(gap.max(end_ms - last));
                 }
             }
         }

@@ -1388,6 +1388,17 @@ mod tests {
         (addr, rx)
     }
 
+    /// A prober's connection to `addr` after its handshake as `node` (no key), and what the
+    /// handshake gave: the responder's identity, or the handshake's error.
+    async fn hello(
+        addr: &str,
+        node: &str,
+    ) -> (Connection, Result<Option<NodeIdentity>, ControlError>) {
+        let mut conn = connect(addr, Duration::from_secs(2)).await.unwrap();
+        let told = client_handshake(&mut conn, node, &AuthMode::None, Duration::from_secs(2)).await;
+        (conn, told)
+    }
+
     #[tokio::test]
     async fn silent_strangers_cannot_take_the_only_session() {
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
@@ -1397,15 +1408,8 @@ mod tests {
             strangers.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(
-            &mut prober,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_prober, handshake) = hello(&addr, "node-a").await;
+        handshake.unwrap();
         let admitted = results
             .recv()
             .await
@@ -1428,15 +1432,8 @@ mod tests {
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = Instant::now();
-        let mut third = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(
-            &mut third,
-            "node-c",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_third, handshake) = hello(&addr, "node-c").await;
+        handshake.unwrap();
         assert!(started.elapsed() < Duration::from_millis(500));
         let mut refused = None;
         let mut admitted = None;
@@ -1496,28 +1493,14 @@ mod tests {
     #[tokio::test]
     async fn an_admitted_prober_learns_the_responders_identity() {
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
-        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let identity = client_handshake(
-            &mut prober,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_prober, identity) = hello(&addr, "node-a").await;
+        let identity = identity.unwrap();
         assert_eq!(identity, Some(told()));
         assert_eq!(results.recv().await.unwrap().unwrap().0, "node-a");
         // A responder without one (a node name the protocol does not take) tells nothing.
         let (addr, _results) = admitting(Admission::new(&settings(1, 4), None)).await;
-        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let identity = client_handshake(
-            &mut prober,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_prober, identity) = hello(&addr, "node-a").await;
+        let identity = identity.unwrap();
         assert_eq!(identity, None);
     }
 
@@ -1526,25 +1509,11 @@ mod tests {
         // The identity comes with AuthOk, before the session permit: a prober refused at the
         // limit has proved the key all the same.
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
-        let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(
-            &mut first,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_first, handshake) = hello(&addr, "node-a").await;
+        handshake.unwrap();
         let _held = results.recv().await.unwrap().unwrap();
-        let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let told_second = client_handshake(
-            &mut second,
-            "node-b",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (mut second, told_second) = hello(&addr, "node-b").await;
+        let told_second = told_second.unwrap();
         assert_eq!(told_second, Some(told()));
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
@@ -1586,24 +1555,10 @@ mod tests {
     #[tokio::test]
     async fn past_the_session_limit_an_authenticated_prober_is_refused_as_limit() {
         let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
-        let mut first = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(
-            &mut first,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_first, handshake) = hello(&addr, "node-a").await;
+        handshake.unwrap();
         let _held = results.recv().await.unwrap().unwrap();
-        let mut second = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        let _ = client_handshake(
-            &mut second,
-            "node-b",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await;
+        let (_second, _) = hello(&addr, "node-b").await;
         let refused = results.recv().await.unwrap().unwrap_err();
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
     }
@@ -1663,15 +1618,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let _newer = tokio::net::TcpStream::connect(&addr).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let mut prober = connect(&addr, Duration::from_secs(2)).await.unwrap();
-        client_handshake(
-            &mut prober,
-            "node-a",
-            &AuthMode::None,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let (_prober, handshake) = hello(&addr, "node-a").await;
+        handshake.unwrap();
         let mut told = Vec::new();
         tokio::io::AsyncReadExt::read_to_end(&mut oldest, &mut told)
             .await

@@ -84,6 +84,21 @@ lab_wait_listening() {
 }
 
 # lab_signal NAME / lab_wait_signal NODE NAME [TIMEOUT_S]: one node tells others it reached a point.
+# lab_wait_for DESCRIPTION TIMEOUT_S COMMAND...: runs COMMAND every 0.5 s until it succeeds; after
+# TIMEOUT_S it says what it waited for (with the last lines of the scenario's exporter.log, when
+# there is one) and returns 1.
+lab_wait_for() {
+  local what=$1 limit=$2 start=$SECONDS
+  shift 2
+  until "$@"; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for: $what" >&2
+      [ -f exporter.log ] && tail -n 30 exporter.log >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
 lab_signal() { touch "/mnt/nodes/$LAB_NODE/signal-$1"; }
 lab_wait_signal() { lab_wait_file "/mnt/nodes/$1/signal-$2" "${3:-120}"; }
 

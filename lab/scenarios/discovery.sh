@@ -68,18 +68,6 @@ no_series_of() { [ "$(series_of "$1")" = 0 ]; }
 sum() { scrape | awk -v f="$1{" -v p="peer=\"$(lab_addr "$2")\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
 above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-wait_for() {
-  local what=$1 limit=$2 start=$SECONDS
-  shift 2
-  until "$@"; do
-    if [ $((SECONDS - start)) -ge "$limit" ]; then
-      echo "timed out after ${limit}s waiting for: $what" >&2
-      tail -n 30 exporter.log >&2
-      return 1
-    fi
-    sleep 0.5
-  done
-}
 
 if [ "$LAB_NODE" = node1 ]; then
   write_hosts node1 node2 >/dev/null
@@ -88,22 +76,22 @@ if [ "$LAB_NODE" = node1 ]; then
     --pid-file=/tmp/dnsmasq.pid --log-queries --log-facility=- >dnsmasq.log 2>&1 &
   dnsmasq_pid=$!
 fi
-wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat /mnt/nodes/node1/dnsmasq.log; exit 1; }
+lab_wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat /mnt/nodes/node1/dnsmasq.log; exit 1; }
 start_exporter
-wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
 lab_barrier exporters-up
 
 if [ "$LAB_NODE" = node1 ]; then
   # 1. node2 found and probed; node1 itself and node3 not.
-  wait_for "success 1 for node2" 60 is "$(success node2)" 1 || exit 1
-  wait_for "2 peers from DNS" 30 is "rdma_probe_discovery_peers{$dns_source}" 2 || exit 1
+  lab_wait_for "success 1 for node2" 60 is "$(success node2)" 1 || exit 1
+  lab_wait_for "2 peers from DNS" 30 is "rdma_probe_discovery_peers{$dns_source}" 2 || exit 1
   scrape >metrics-initial.txt
   lab_result initial_self_series "$(series_of node1)"
   lab_result initial_node3_series "$(series_of node3)"
 
   # 2. node3's record added.
   t_add=$(write_hosts node1 node2 node3)
-  wait_for "success 1 for node3" 60 is "$(success node3)" 1 || exit 1
+  lab_wait_for "success 1 for node3" 60 is "$(success node3)" 1 || exit 1
   lab_result added_success_seconds "$(since "$t_add")"
   scrape >metrics-added.txt
 
@@ -111,13 +99,13 @@ if [ "$LAB_NODE" = node1 ]; then
   t_remove=$(write_hosts node1 node3)
   lab_signal removed
   lab_result remove_at "$t_remove"
-  wait_for "1 vanished peer" 30 is rdma_probe_discovery_vanished_peers 1 || exit 1
+  lab_wait_for "1 vanished peer" 30 is rdma_probe_discovery_vanished_peers 1 || exit 1
   scrape >metrics-vanished.txt
   lab_result vanished_seconds "$(since "$t_remove")"
-  wait_for "success 0 for node2" 60 is "$(success node2)" 0 || exit 1
+  lab_wait_for "success 0 for node2" 60 is "$(success node2)" 0 || exit 1
   scrape >metrics-failing.txt
   lab_result failing_seconds "$(since "$t_remove")"
-  wait_for "node2's series gone" 90 no_series_of node2 || exit 1
+  lab_wait_for "node2's series gone" 90 no_series_of node2 || exit 1
   lab_result gone_seconds "$(since "$t_remove")"
   scrape >metrics-forgotten.txt
   lab_result forgotten_node3_success "$(value "$(success node3)")"
@@ -125,11 +113,11 @@ if [ "$LAB_NODE" = node1 ]; then
   # 4. The DNS server stops: the last good set stays, past forget_after.
   kill -TERM "$dnsmasq_pid"; wait "$dnsmasq_pid" 2>/dev/null
   t_dns=$(date +%s.%N)
-  wait_for "DNS errors counted" 60 at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
+  lab_wait_for "DNS errors counted" 60 at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
   lab_result dns_error_seconds "$(since "$t_dns")"
   sleep $((forget_after + 5))
   runs_before=$(sum rdma_probe_runs_total node3)
-  wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 "$runs_before" || exit 1
+  lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 "$runs_before" || exit 1
   scrape >metrics-dns-down.txt
   lab_result dns_down_node3_success "$(value "$(success node3)")"
   lab_result dns_down_peers "$(value "rdma_probe_discovery_peers{$dns_source}")"

@@ -78,28 +78,15 @@ sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($
 above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
 above_count() { [ "$(started)" -gt "$1" ]; }
 no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
-# wait_for DESCRIPTION TIMEOUT_S COMMAND...: until COMMAND succeeds.
-wait_for() {
-  local what=$1 limit=$2 start=$SECONDS
-  shift 2
-  until "$@"; do
-    if [ $((SECONDS - start)) -ge "$limit" ]; then
-      echo "timed out after ${limit}s waiting for: $what" >&2
-      tail -n 30 exporter.log >&2
-      return 1
-    fi
-    sleep 0.5
-  done
-}
 others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; done; }
 
 # 1. All up.
 write_config
 start_exporter
-wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
 lab_barrier exporters-up
 t0=$SECONDS
-for p in $(others); do wait_for "success 1 for $p" 120 is "$(success "$p")" 1 || exit 1; done
+for p in $(others); do lab_wait_for "success 1 for $p" 120 is "$(success "$p")" 1 || exit 1; done
 lab_result all_up_seconds $((SECONDS - t0))
 scrape >metrics-all-up.txt
 curl -sS --max-time 5 "$url/" >status.html
@@ -120,15 +107,15 @@ else
   other=$(others | grep -v node3)
   errors_before=$(sum rdma_probe_errors_total node3)
   other_errors_before=$(sum rdma_probe_errors_total "$other")
-  wait_for "success 0 for node3" 60 is "$(success node3)" 0 || exit 1
-  wait_for "errors for node3 rising" 60 above rdma_probe_errors_total node3 $((errors_before + 1)) || exit 1
+  lab_wait_for "success 0 for node3" 60 is "$(success node3)" 0 || exit 1
+  lab_wait_for "errors for node3 rising" 60 above rdma_probe_errors_total node3 $((errors_before + 1)) || exit 1
   scrape >metrics-peer-down.txt
   lab_result outage_other_success "$(value "$(success "$other")")"
   lab_result outage_other_errors_increase $(($(sum rdma_probe_errors_total "$other") - other_errors_before))
   lab_signal outage-seen
   lab_wait_signal node3 restarted 180 || exit 1
   t0=$SECONDS
-  wait_for "success 1 again for node3" 120 is "$(success node3)" 1 || exit 1
+  lab_wait_for "success 1 again for node3" 120 is "$(success node3)" 1 || exit 1
   lab_result recovered_seconds $((SECONDS - t0))
   scrape >metrics-recovered.txt
 fi
@@ -137,33 +124,33 @@ lab_barrier recovered
 # 3. Reloads on node1.
 if [ "$LAB_NODE" = node1 ]; then
   write_config node1 node3 # node2 removed: the file watcher reloads
-  wait_for "node2's series gone" 30 no_series_of node2 || exit 1
+  lab_wait_for "node2's series gone" 30 no_series_of node2 || exit 1
   scrape >metrics-peer-removed.txt
   runs_before=$(sum rdma_probe_runs_total node3)
   echo "peers: [ {name: broken" >"$config.new" && mv "$config.new" "$config"
-  wait_for "config_reload_success 0" 30 is rdma_probe_config_reload_success 0 || exit 1
+  lab_wait_for "config_reload_success 0" 30 is rdma_probe_config_reload_success 0 || exit 1
   lab_result broken_post_status "$(curl -s -o reload-broken.txt -w '%{http_code}' -X POST "$url/-/reload")"
-  wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
+  lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
   scrape >metrics-broken-reload.txt
   write_config
   lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST "$url/-/reload")"
-  wait_for "config_reload_success 1" 30 is rdma_probe_config_reload_success 1 || exit 1
+  lab_wait_for "config_reload_success 1" 30 is rdma_probe_config_reload_success 1 || exit 1
   kill -HUP "$exporter_pid"
   sleep 2
   lab_result alive_after_sighup "$(kill -0 "$exporter_pid" 2>/dev/null && echo yes || echo no)"
   lab_result sighup_logged "$(grep -c 'SIGHUP: reloading' exporter.log)"
-  wait_for "node2 probed again" 60 is "$(success node2)" 1 || exit 1
+  lab_wait_for "node2 probed again" 60 is "$(success node2)" 1 || exit 1
   # Peers by address alone (docs/metrics.md, "Peer identity").
   BY_ADDRESS="node1 node2" write_config
   lab_result node1_address "$(lab_addr node1)"
   lab_result node2_address "$(lab_addr node2)"
-  wait_for "node2 probed by its address" 60 is "$(success "$(lab_addr node2)")" 1 || exit 1
-  wait_for "node1's own address skipped" 60 \
+  lab_wait_for "node2 probed by its address" 60 is "$(success "$(lab_addr node2)")" 1 || exit 1
+  lab_wait_for "node1's own address skipped" 60 \
     is 'rdma_probe_schedule_skipped_paths{device="rxe0",reason="itself"}' 1 || exit 1
   scrape >metrics-by-address.txt
   lab_result itself_logged "$(grep -c 'path not probed: the peer is this node' exporter.log)"
   write_config
-  wait_for "node2 probed by name again" 60 is "$(success node2)" 1 || exit 1
+  lab_wait_for "node2 probed by name again" 60 is "$(success node2)" 1 || exit 1
 fi
 lab_barrier reloads-done
 
@@ -174,7 +161,7 @@ if [ "$LAB_NODE" = node1 ]; then
   started() { grep -c 'probe started.*node2' exporter.log; }
   before=$(started)
   BURST=5s INTERVAL=5500ms DUTY=100% write_config node2
-  wait_for "a long burst to node2" 60 above_count $((before + 1)) || exit 1
+  lab_wait_for "a long burst to node2" 60 above_count $((before + 1)) || exit 1
   stop_exporter
   lab_result midburst_stop_seconds "$stop_seconds"
   lab_result midburst_stop_status "$stop_status"
@@ -183,7 +170,7 @@ if [ "$LAB_NODE" = node1 ]; then
 elif [ "$LAB_NODE" = node3 ]; then
   lab_wait_signal node1 node1-stopped 120 || exit 1
   runs=$(sum rdma_probe_runs_total node2)
-  wait_for "node2 keeps serving node3" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
+  lab_wait_for "node2 keeps serving node3" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
   lab_result node2_serves_after_midburst_stop "$(value "$(success node2)")"
 fi
 lab_barrier midburst-done

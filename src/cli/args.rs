@@ -22,7 +22,7 @@ use crate::burst::plan::{MAX_QPS, MAX_TX_DEPTH};
 use crate::burst::{BurstLength, BurstPlan};
 use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
 use crate::config::{parse_positive_duration, ByteSize, RateLimit};
-use crate::control::{AuthMode, Psk};
+use crate::control::{AuthMode, Keys, Psk};
 use crate::perftest::PerftestOptions;
 use crate::prober::ProbeSettings;
 use crate::responder::{ResponderSettings, ServedDevice};
@@ -349,21 +349,26 @@ impl ServedDeviceArgs {
     }
 }
 
-/// How the control channel is authenticated; one of the two is required.
+/// How the control channel is authenticated; a key file (with, during a rollover, the previous one) or --no-auth is required.
 #[derive(Debug, Args)]
-#[command(next_help_heading = "Authentication (one of the two is required)")]
-#[group(multiple = false)]
+#[command(next_help_heading = "Authentication (a key file or --no-auth is required)")]
 pub struct AuthArgs {
     /// File holding the pre-shared key both ends use (at least 16 bytes; one trailing newline is
     /// ignored), e.g. a mounted Kubernetes Secret.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
 
+    /// During a key rollover, the key being replaced: it is accepted (and tried) next to
+    /// --psk-file's, so nodes that still hold it keep working while the new key spreads
+    /// (docs/security.md, "Rotating the key").
+    #[arg(long, value_name = "FILE", requires = "psk_file")]
+    pub previous_psk_file: Option<PathBuf>,
+
     /// Run the control channel without authentication (must be said explicitly).
     ///
     /// Anyone who can reach the control port can then make a responder pin memory and learn its
     /// QP numbers and keys. Both ends must agree: a --no-auth prober cannot talk to a PSK responder.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["psk_file", "previous_psk_file"])]
     pub no_auth: bool,
 }
 
@@ -371,15 +376,25 @@ impl AuthArgs {
     /// Loads the key, or refuses when neither choice was made: secure by default
     /// (docs/architecture.md, "Authentication").
     fn into_auth(self, subcommand: &str) -> Result<AuthMode, clap::Error> {
-        match (self.psk_file, self.no_auth) {
-            (Some(path), _) => Psk::load(&path).map(AuthMode::psk).map_err(|e| {
-                // PskError never contains key material (see control::auth).
+        // PskError never contains key material (see control::auth).
+        let load = |path: &PathBuf, flag: &str| {
+            Psk::load(path).map_err(|e| {
                 usage_error(
                     subcommand,
                     ErrorKind::ValueValidation,
-                    format!("--psk-file: {e}"),
+                    format!("{flag}: {e}"),
                 )
-            }),
+            })
+        };
+        match (self.psk_file, self.no_auth) {
+            (Some(path), _) => {
+                let current = load(&path, "--psk-file")?;
+                let previous = self
+                    .previous_psk_file
+                    .map(|p| load(&p, "--previous-psk-file"))
+                    .transpose()?;
+                Ok(AuthMode::Psk(Keys::new(current, previous)))
+            }
             (None, true) => Ok(AuthMode::None),
             (None, false) => Err(usage_error(
                 subcommand,
@@ -1623,6 +1638,47 @@ mod tests {
             panic!("expected probe")
         };
         assert!(matches!(p.settings.auth, AuthMode::Psk(_)));
+    }
+
+    #[test]
+    fn a_previous_key_is_held_beside_the_current_one_during_a_rollover() {
+        let current = temp_file("current", b"0123456789abcdef0123\n");
+        let previous = temp_file("previous", b"fedcba98765432100123\n");
+        let args = |extra: &[&str]| {
+            let mut args = vec!["responder", "--node", "b", "--psk-file"];
+            args.push(current.to_str().unwrap());
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        let (_, action) = args(&["--previous-psk-file", previous.to_str().unwrap()]).unwrap();
+        let Action::Responder(r) = action else {
+            panic!("expected responder")
+        };
+        assert!(matches!(&r.settings.auth, AuthMode::Psk(keys) if keys.has_previous()));
+        let (_, action) = args(&[]).unwrap();
+        let Action::Responder(r) = action else {
+            panic!("expected responder")
+        };
+        assert!(matches!(&r.settings.auth, AuthMode::Psk(keys) if !keys.has_previous()));
+        // A bad previous key is named as such, without its bytes.
+        let short = temp_file("previous-short", b"hunter2\n");
+        let e = args(&["--previous-psk-file", short.to_str().unwrap()]).unwrap_err();
+        assert!(e.to_string().contains("--previous-psk-file"), "{e}");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        // Without a current key it means nothing.
+        let e = parse(&[
+            "responder",
+            "--node",
+            "b",
+            "--no-auth",
+            "--previous-psk-file",
+            previous.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        for path in [current, previous, short] {
+            std::fs::remove_file(path).ok();
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ case $LAB_NODE in
     lab_signal responder-up
     lab_wait_signal node1 warm 300 || exit 1
     lab_result responder_baseline "$(resources)"
-    lab_wait_signal node1 done 900 || exit 1
+    lab_wait_signal node1 done 2400 || exit 1
     lab_result responder_end "$(resources)"
     lab_result responder_sessions_now "$(grep -c 'session set up' responder.log) set up, $(grep -c 'session ended' responder.log) ended"
     kill -TERM %1
@@ -77,7 +77,7 @@ EOF
     lab_slow_roce_ports 0 0 loss 100% || fail "cannot drop RoCE packets"
     before=$(count failure); before=${before:-0}
     t0=$SECONDS
-    lab_wait_metric "$url" "$(series failure)" $((before + FAILURES)) 900 || fail "not $FAILURES failures"
+    lab_wait_metric "$url" "$(series failure)" $((before + FAILURES)) 1800 || fail "not $FAILURES failures"
     lab_result failures_seconds $((SECONDS - t0))
     lab_result failure_reasons "wc_retry_exceeded=$(errors wc_retry_exceeded) timeout=$(errors timeout) other=$(curl -sS "$url" | awk 'index($0, "rdma_probe_errors_total{") == 1 {s += $2} END {print s + 0}')"
     lab_result during_failures "$(resources) $(process $pid)"

@@ -49,13 +49,19 @@ fn assert_faults_handled_without_leaks(run: &support::LabRun, successes: u64, fa
     eprintln!("results: {results:#?}");
     let baseline = fields(&results["baseline"]);
     let end = fields(&results["end"]);
+    // Nothing grows. Threads may also shrink: the runtime's blocking pool (file reads, name
+    // lookups) lets an idle thread go after 10 s, so the baseline can hold one the end has not.
     for resource in ["pd", "cq", "qp", "mr", "ctx", "fds", "threads"] {
         let (before, after) = (baseline.get(resource), end.get(resource));
         assert!(
-            before.is_some(),
-            "no {resource} in the baseline: {results:?}"
+            before.is_some() && after.is_some(),
+            "no {resource} in the baseline or the end: {results:?}"
         );
-        assert_eq!(before, after, "{resource}: baseline vs end: {results:?}");
+        if resource == "threads" {
+            assert!(after <= before, "threads: baseline vs end: {results:?}");
+        } else {
+            assert_eq!(before, after, "{resource}: baseline vs end: {results:?}");
+        }
     }
     let (rss_before, rss_after) = (baseline["rss_kib"], end["rss_kib"]);
     assert!(

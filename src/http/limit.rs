@@ -106,15 +106,15 @@ impl LimitedStream {
             Poll::Pending => Ok(()),
         }
     }
-}
 
-impl AsyncRead for LimitedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
+    /// What a read or write that `poll` returned means for the connection: progress restarts
+    /// the idle deadline; waiting past it ends the connection.
+    fn after_io<T>(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match poll {
             Poll::Ready(result) => {
                 self.progressed();
                 Poll::Ready(result)
@@ -127,22 +127,25 @@ impl AsyncRead for LimitedStream {
     }
 }
 
+impl AsyncRead for LimitedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.stream).poll_read(cx, buf);
+        self.after_io(cx, poll)
+    }
+}
+
 impl AsyncWrite for LimitedStream {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write(cx, buf) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => match self.check_idle(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-        }
+        let poll = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.after_io(cx, poll)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -158,16 +161,8 @@ impl AsyncWrite for LimitedStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => match self.check_idle(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-        }
+        let poll = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.after_io(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {

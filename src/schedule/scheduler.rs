@@ -1,6 +1,6 @@
 //! The [`Scheduler`]: per-path due times, one burst per local device, busy backoff, budget.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::budget::{secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
@@ -178,17 +178,37 @@ impl<K> PathState<K> {
     }
 }
 
+/// Where a path's state lives in its device's [`DeviceState::slots`]. Slots are stable while
+/// the path stays in the set, so the idle index and the running burst point at a path without
+/// a search by key.
+type Slot = u32;
+
+/// The burst a device runs.
+#[derive(Debug, Clone)]
+struct RunningBurst<K> {
+    key: K,
+    /// The path's slot; `None` once the path has left the set (its burst still holds the
+    /// device until it is reported).
+    slot: Option<Slot>,
+}
+
 #[derive(Debug, Clone)]
 struct DeviceState<K> {
-    paths: BTreeMap<K, PathState<K>>,
-    /// `(next_due, key)` of every path without a running burst: the next path is the first.
-    /// Kept in step with `paths` by every change of a due time or a running burst, so that a
-    /// poll costs a lookup, not a scan (a simulated cluster polls ten thousand schedulers).
-    idle: BTreeSet<(Duration, K)>,
-    /// Σ cost / interval over `paths` (see [`DeviceState::demand`]).
+    /// Path states by slot; `None` for a free slot (listed in `free`).
+    slots: Vec<Option<PathState<K>>>,
+    free: Vec<Slot>,
+    /// Slot of every path, in key order: lookups by key (set changes, status) and iteration.
+    index: BTreeMap<K, Slot>,
+    /// `(next_due, key, slot)` of every path without a running burst, ascending: the next path
+    /// is the front. Kept in step with the paths by every change of a due time or a running
+    /// burst, so that a poll costs a look at the front, not a scan; a compact ring rather than a
+    /// tree, because a simulated cluster polls ten thousand schedulers and every cache line
+    /// touched counts. A new due time is usually among the latest, so an insert moves little.
+    idle: VecDeque<(Duration, K, Slot)>,
+    /// Σ cost / interval over the paths (see [`DeviceState::demand`]).
     demand: f64,
     /// The running burst, possibly of a path that has since left the set.
-    running: Option<K>,
+    running: Option<RunningBurst<K>>,
     /// When the device last became idle (start, or the last completion).
     idle_since: Duration,
     gate: Gate,
@@ -202,8 +222,10 @@ struct DeviceState<K> {
 impl<K: ScheduleKey> DeviceState<K> {
     fn new(now: Duration, config: &ScheduleConfig) -> Self {
         DeviceState {
-            paths: BTreeMap::new(),
-            idle: BTreeSet::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: BTreeMap::new(),
+            idle: VecDeque::new(),
             demand: 0.0,
             running: None,
             idle_since: now,
@@ -216,6 +238,61 @@ impl<K: ScheduleKey> DeviceState<K> {
         }
     }
 
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn path(&self, slot: Slot) -> Option<&PathState<K>> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    fn path_mut(&mut self, slot: Slot) -> Option<&mut PathState<K>> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    fn slot_of(&self, key: &K) -> Option<Slot> {
+        self.index.get(key).copied()
+    }
+
+    /// The states of the paths, in key order.
+    fn paths(&self) -> impl Iterator<Item = (&K, &PathState<K>)> {
+        self.index
+            .iter()
+            .filter_map(|(k, &slot)| Some((k, self.path(slot)?)))
+    }
+
+    /// Adds a path (not in the set yet) in a free slot.
+    fn insert_path(&mut self, key: K, state: PathState<K>) -> Slot {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(state);
+                slot
+            }
+            None => {
+                self.slots.push(Some(state));
+                Slot::try_from(self.slots.len() - 1).unwrap_or(Slot::MAX)
+            }
+        };
+        self.index.insert(key, slot);
+        slot
+    }
+
+    /// Takes a path out of the set, and out of the idle index; a burst it runs is no longer its.
+    fn remove_path(&mut self, key: &K) -> Option<PathState<K>> {
+        let slot = self.index.remove(key)?;
+        let state = self.slots.get_mut(slot as usize)?.take()?;
+        self.free.push(slot);
+        self.unindex_idle(state.next_due, key);
+        if let Some(run) = self.running.as_mut().filter(|r| r.slot == Some(slot)) {
+            run.slot = None;
+        }
+        Some(state)
+    }
+
     /// Share of wall time the paths want: Σ cost / interval. Updated as costs change, and
     /// summed afresh whenever the path set changes.
     fn demand(&self) -> f64 {
@@ -224,25 +301,49 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     fn sum_demand(&mut self) {
         self.demand = self
-            .paths
-            .values()
-            .map(|p| p.cost / p.plan.interval.as_secs_f64())
+            .paths()
+            .map(|(_, p)| p.cost / p.plan.interval.as_secs_f64())
             .sum();
     }
 
     /// Rebuilds the index of idle paths (after the path set changed).
     fn index_idle(&mut self) {
-        self.idle = self
-            .paths
+        let mut idle: Vec<(Duration, K, Slot)> = self
+            .index
             .iter()
-            .filter(|(_, p)| p.running.is_none())
-            .map(|(k, p)| (p.next_due, k.clone()))
+            .filter_map(|(k, &slot)| {
+                let p = self.path(slot)?;
+                p.running.is_none().then(|| (p.next_due, k.clone(), slot))
+            })
             .collect();
+        idle.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        self.idle = idle.into();
+    }
+
+    /// Where `(due, key)` goes in (or is in) the idle index.
+    fn idle_position(&self, due: Duration, key: &K) -> usize {
+        self.idle.partition_point(|(d, k, _)| (*d, k) < (due, key))
+    }
+
+    fn index_idle_path(&mut self, due: Duration, key: K, slot: Slot) {
+        let at = self.idle_position(due, &key);
+        self.idle.insert(at, (due, key, slot));
+    }
+
+    fn unindex_idle(&mut self, due: Duration, key: &K) {
+        let at = self.idle_position(due, key);
+        if self
+            .idle
+            .get(at)
+            .is_some_and(|(d, k, _)| *d == due && k == key)
+        {
+            self.idle.remove(at);
+        }
     }
 
     /// The path that goes next: the most overdue idle one (ties: key order).
     fn next_path(&self) -> Option<(&K, Duration)> {
-        self.idle.first().map(|(due, k)| (k, *due))
+        self.idle.front().map(|(due, k, _)| (k, *due))
     }
 
     /// The earliest time this device may start its next burst, [`NEVER`] while one runs.
@@ -276,14 +377,6 @@ impl<D: Ord, V> Devices<D, V> {
         self.0.binary_search_by(|(d, _)| d.borrow().cmp(device))
     }
 
-    fn get<Q>(&self, device: &Q) -> Option<&V>
-    where
-        D: std::borrow::Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
-        self.find(device).ok().map(|i| &self.0[i].1)
-    }
-
     fn get_mut<Q>(&mut self, device: &Q) -> Option<&mut V>
     where
         D: std::borrow::Borrow<Q>,
@@ -309,6 +402,18 @@ impl<D: Ord, V> Devices<D, V> {
         Q: Ord + ?Sized,
     {
         self.find(device).ok().map(|i| self.0.remove(i).1)
+    }
+
+    fn at(&self, i: usize) -> Option<&V> {
+        self.0.get(i).map(|(_, v)| v)
+    }
+
+    fn at_mut(&mut self, i: usize) -> Option<&mut V> {
+        self.0.get_mut(i).map(|(_, v)| v)
+    }
+
+    fn remove_at(&mut self, i: usize) {
+        self.0.remove(i);
     }
 
     fn iter(&self) -> impl Iterator<Item = (&D, &V)> {
@@ -425,8 +530,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             let Some(dev) = self.devices.get_mut(key.device()) else {
                 continue;
             };
-            if let Some(p) = dev.paths.remove(key) {
-                dev.idle.remove(&(p.next_due, key.clone()));
+            if dev.remove_path(key).is_some() {
                 touched.insert(key.device().clone());
             }
         }
@@ -443,14 +547,16 @@ impl<K: ScheduleKey> Scheduler<K> {
                 .devices
                 .get_or_insert_with(name.clone(), || DeviceState::new(now, config));
             touched.remove(&name);
-            // (key, pulled in: the interval got shorter) for paths needing a new due time.
+            // (slot, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
             for plan in plans {
-                let key = plan.key.clone();
-                match dev.paths.get_mut(&key) {
-                    Some(s) => {
+                match dev.slot_of(&plan.key) {
+                    Some(slot) => {
+                        let Some(s) = dev.path_mut(slot) else {
+                            continue;
+                        };
                         if plan.interval < s.plan.interval {
-                            to_phase.push((key, true));
+                            to_phase.push((slot, true));
                         }
                         if plan.expected_burst != s.plan.expected_burst {
                             s.cost = plan.expected_burst.as_secs_f64();
@@ -458,16 +564,16 @@ impl<K: ScheduleKey> Scheduler<K> {
                         s.plan = plan;
                     }
                     None => {
-                        to_phase.push((key.clone(), false));
-                        dev.paths
-                            .insert(key, PathState::new(plan, config.busy_backoff));
+                        let key = plan.key.clone();
+                        let slot = dev.insert_path(key, PathState::new(plan, config.busy_backoff));
+                        to_phase.push((slot, false));
                     }
                 }
             }
             dev.sum_demand();
             let factor = stretch(dev.demand(), self.config.duty_cycle);
-            for (key, pulled_in) in to_phase {
-                let Some(p) = dev.paths.get_mut(&key) else {
+            for (slot, pulled_in) in to_phase {
+                let Some(p) = dev.path_mut(slot) else {
                     continue;
                 };
                 let phase = p.effective_interval(factor).mul_f64(self.rng.unit());
@@ -481,7 +587,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         for name in touched {
             if let Some(dev) = self.devices.get_mut(&name) {
                 dev.sum_demand();
-                if dev.paths.is_empty() && dev.running.is_none() {
+                if dev.is_empty() && dev.running.is_none() {
                     self.devices.remove(&name);
                 }
             }
@@ -493,17 +599,22 @@ impl<K: ScheduleKey> Scheduler<K> {
             .collect();
     }
 
-    /// Copies `device`'s [`DeviceState::ready_at`] into the summary (or drops the device from it,
-    /// when it is gone).
-    fn refresh_ready(&mut self, device: &K::Device) {
-        let Ok(i) = self.ready.binary_search_by(|(d, _)| d.cmp(device)) else {
-            return;
-        };
-        match self.devices.get(device) {
-            Some(dev) => self.ready[i].1 = dev.ready_at(),
-            None => {
-                self.ready.remove(i);
-            }
+    /// Where `device` is in [`Scheduler::ready`] and [`Scheduler::devices`] (the same order):
+    /// a search over the compact summary, not over the device states.
+    fn device_index<Q>(&self, device: &Q) -> Option<usize>
+    where
+        K::Device: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.ready
+            .binary_search_by(|(d, _)| std::borrow::Borrow::<Q>::borrow(d).cmp(device))
+            .ok()
+    }
+
+    /// Copies device `i`'s [`DeviceState::ready_at`] into the summary.
+    fn refresh_ready(&mut self, i: usize) {
+        if let (Some(r), Some(dev)) = (self.ready.get_mut(i), self.devices.at(i)) {
+            r.1 = dev.ready_at();
         }
     }
 
@@ -523,7 +634,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             if self.ready[i].1 > now {
                 continue;
             }
-            let Some(dev) = self.devices.get_mut(&self.ready[i].0) else {
+            let Some(dev) = self.devices.at_mut(i) else {
                 continue;
             };
             if let Some(dispatch) = Self::dispatch(dev, now, self.config.busy_backoff) {
@@ -538,14 +649,15 @@ impl<K: ScheduleKey> Scheduler<K> {
         if dev.running.is_some() || !dev.gate.is_open(now) {
             return None;
         }
-        let (key, due) = dev
-            .next_path()
-            .filter(|(_, due)| *due <= now)
-            .map(|(k, d)| (k.clone(), d))?;
+        let &(due, _, slot) = dev.idle.front().filter(|(due, ..)| *due <= now)?;
         // Held back by the budget: the gate opened after the path was due and the device was
         // idle.
         let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
-        let p = dev.paths.get_mut(&key)?;
+        // The dispatched path is the first idle one.
+        let (_, key, _) = dev.idle.pop_front()?;
+        let Some(p) = dev.path_mut(slot) else {
+            return None;
+        };
         let attempt = match p.retry_until {
             Some(until) if now < until => {
                 p.retries += 1;
@@ -559,15 +671,16 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
         };
         p.running = Some(Running { started: now });
-        // The dispatched path is the first idle one.
-        dev.idle.pop_first();
         p.stats.dispatched += 1;
         p.stats.last_start = Some(now);
         if budget_deferred {
             p.stats.deferred_budget += 1;
             dev.deferred_budget += 1;
         }
-        dev.running = Some(key.clone());
+        dev.running = Some(RunningBurst {
+            key: key.clone(),
+            slot: Some(slot),
+        });
         Some(Dispatch {
             key,
             attempt,
@@ -580,20 +693,34 @@ impl<K: ScheduleKey> Scheduler<K> {
     /// regular probe one (stretched, jittered) interval after this burst started, never sooner;
     /// `busy` retries after a doubling backoff, but never past the path's next regular slot.
     pub fn completed(&mut self, key: &K, outcome: Outcome, now: Duration) -> Completion {
-        let completion = self.complete_burst(key, outcome, now);
-        if completion != Completion::NotRunning {
-            self.refresh_ready(key.device());
+        let Some(i) = self.device_index(key.device()) else {
+            return Completion::NotRunning;
+        };
+        let completion = self.complete_burst(i, key, outcome, now);
+        match completion {
+            Completion::NotRunning => {}
+            _ if self
+                .devices
+                .at(i)
+                .is_some_and(|d| d.is_empty() && d.running.is_none()) =>
+            {
+                // The last path left while this burst ran: the device goes with it.
+                self.devices.remove_at(i);
+                self.ready.remove(i);
+            }
+            _ => self.refresh_ready(i),
         }
         completion
     }
 
-    fn complete_burst(&mut self, key: &K, outcome: Outcome, now: Duration) -> Completion {
-        let Some(dev) = self.devices.get_mut(key.device()) else {
+    fn complete_burst(&mut self, i: usize, key: &K, outcome: Outcome, now: Duration) -> Completion {
+        let Some(dev) = self.devices.at_mut(i) else {
             return Completion::NotRunning;
         };
-        if dev.running.as_ref() != Some(key) {
-            return Completion::NotRunning;
-        }
+        let slot = match &dev.running {
+            Some(run) if &run.key == key => run.slot,
+            _ => return Completion::NotRunning,
+        };
         dev.running = None;
         dev.idle_since = now;
         dev.gate.charge(
@@ -605,32 +732,45 @@ impl<K: ScheduleKey> Scheduler<K> {
         dev.window.record(now, outcome.burst_time);
         dev.bursts += 1;
         dev.burst_time = dev.burst_time.saturating_add(outcome.burst_time);
+        let Some(slot) = slot else {
+            return Completion::PathGone;
+        };
+        let Some(next_due) = self.reschedule_path(i, slot, outcome, now) else {
+            return Completion::PathGone;
+        };
+        let Some(dev) = self.devices.at_mut(i) else {
+            return Completion::PathGone;
+        };
+        dev.index_idle_path(next_due, key.clone(), slot);
+        Completion::Recorded
+    }
 
+    /// The path in `slot` of device `i` finished a burst with `outcome` at `now`: its cost,
+    /// counters and next due time. Returns the due time.
+    fn reschedule_path(
+        &mut self,
+        i: usize,
+        slot: Slot,
+        outcome: Outcome,
+        now: Duration,
+    ) -> Option<Duration> {
+        let config = &self.config;
+        let dev = self.devices.at_mut(i)?;
         // One lookup of the path: its fields and the device's demand are borrowed apart.
         let DeviceState {
-            paths,
+            slots,
             demand,
-            idle,
             deferred_busy,
             ..
         } = dev;
-        let Some(p) = paths.get_mut(key) else {
-            if paths.is_empty() {
-                self.devices.remove(key.device());
-            }
-            return Completion::PathGone;
-        };
-        // None: removed and added again while the old burst ran, so that burst is not this
-        // path's.
-        let Some(run) = p.running.take() else {
-            return Completion::PathGone;
-        };
+        let p = slots.get_mut(slot as usize)?.as_mut()?;
+        let run = p.running.take()?;
         if outcome.kind != OutcomeKind::Busy {
             let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
             p.cost += change;
             *demand += change / p.plan.interval.as_secs_f64();
         }
-        let factor = stretch(*demand, self.config.duty_cycle);
+        let factor = stretch(*demand, config.duty_cycle);
         let jitter = 1.0 + p.plan.jitter * (2.0 * self.rng.unit() - 1.0);
         let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
         match outcome.kind {
@@ -646,7 +786,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 p.next_due = run.started.saturating_add(gap);
                 p.retry_until = None;
                 p.retries = 0;
-                p.backoff = self.config.busy_backoff;
+                p.backoff = config.busy_backoff;
             }
             OutcomeKind::Busy => {
                 p.stats.deferred_busy += 1;
@@ -655,10 +795,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 let retry = now.saturating_add(p.backoff);
                 if retry < slot {
                     p.next_due = retry;
-                    p.backoff = p
-                        .backoff
-                        .saturating_mul(2)
-                        .min(self.config.busy_backoff_max);
+                    p.backoff = p.backoff.saturating_mul(2).min(config.busy_backoff_max);
                 } else {
                     // No room left in this interval: wait for the next regular slot.
                     p.next_due = slot;
@@ -666,8 +803,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 }
             }
         }
-        idle.insert((p.next_due, key.clone()));
-        Completion::Recorded
+        Some(p.next_due)
     }
 
     /// When [`poll`](Scheduler::poll) may next return something without a completion in
@@ -689,7 +825,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         K::Device: std::borrow::Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        let d = self.devices.get(device)?;
+        let d = self.devices.at(self.device_index(device)?)?;
         d.next_path().map(|(k, due)| (k, due.max(d.gate.open_at())))
     }
 
@@ -700,10 +836,10 @@ impl<K: ScheduleKey> Scheduler<K> {
         K::Device: std::borrow::Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        let d = self.devices.get(device)?;
+        let d = self.devices.at(self.device_index(device)?)?;
         let demand = d.demand();
         Some(DeviceStats {
-            paths: d.paths.len(),
+            paths: d.len(),
             running: d.running.is_some(),
             duty_cycle_budget: self.config.duty_cycle,
             duty_cycle_used: d.window.ratio(now),
@@ -718,8 +854,8 @@ impl<K: ScheduleKey> Scheduler<K> {
 
     /// Schedule and counters of one path of the current set.
     pub fn path_status(&self, key: &K) -> Option<PathStatus> {
-        let d = self.devices.get(key.device())?;
-        let p = d.paths.get(key)?;
+        let d = self.devices.at(self.device_index(key.device())?)?;
+        let p = d.path(d.slot_of(key)?)?;
         let factor = stretch(d.demand(), self.config.duty_cycle);
         Some(PathStatus {
             next_due: p.next_due,
@@ -738,12 +874,12 @@ impl<K: ScheduleKey> Scheduler<K> {
 
     /// The current path set, in key order (device, peer, rail).
     pub fn paths(&self) -> impl Iterator<Item = &K> {
-        self.devices.values().flat_map(|d| d.paths.keys())
+        self.devices.values().flat_map(|d| d.index.keys())
     }
 
     /// Number of paths in the current set.
     pub fn len(&self) -> usize {
-        self.devices.values().map(|d| d.paths.len()).sum()
+        self.devices.values().map(DeviceState::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -763,6 +899,17 @@ impl<K: ScheduleKey> Scheduler<K> {
             let mut copy = dev.clone();
             copy.index_idle();
             assert_eq!(copy.idle, dev.idle, "{name:?}: idle index");
+            for (key, &slot) in &dev.index {
+                let p = dev.path(slot).expect("an indexed slot holds a path");
+                assert_eq!(&p.plan.key, key, "{name:?}: slot {slot}");
+            }
+            let used = dev.slots.iter().filter(|s| s.is_some()).count();
+            assert_eq!(used, dev.index.len(), "{name:?}: slots in use");
+            assert_eq!(
+                used + dev.free.len(),
+                dev.slots.len(),
+                "{name:?}: free slots"
+            );
             copy.sum_demand();
             assert!(
                 (copy.demand - dev.demand).abs() <= 1e-9 * copy.demand.max(1.0),

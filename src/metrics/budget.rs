@@ -101,17 +101,41 @@ struct Entry {
     series: PathSeries,
     preferred: bool,
     /// The `seq` of its live slot: any other slot of the same key is stale.
-    seq: u64,
+    seq: u32,
 }
 
 /// One probe of a path, in the order of its rank.
 #[derive(Debug, Clone)]
 struct Slot<K> {
-    last: Duration,
+    /// The last probe, a [`Duration`] taken apart so that `seq` fits in its padding: 16 bytes
+    /// and the key, not 24 (the simulation of ten thousand nodes holds millions of slots).
+    secs: u64,
+    nanos: u32,
+    /// Taken from one counter per budget, so that two probes of one path at the same instant
+    /// leave slots that can still be told apart. A `u32` runs out after four billion probes:
+    /// then the live slots are numbered again ([`SeriesBudget::renumber`]).
+    seq: u32,
     key: K,
-    /// Unique per budget, so that two probes of one path at the same instant leave slots that
-    /// can still be told apart.
-    seq: u64,
+}
+
+impl<K> Slot<K> {
+    fn new(last: Duration, key: K, seq: u32) -> Self {
+        Slot {
+            secs: last.as_secs(),
+            nanos: last.subsec_nanos(),
+            seq,
+            key,
+        }
+    }
+
+    fn last(&self) -> Duration {
+        Duration::new(self.secs, self.nanos)
+    }
+
+    /// Where it goes in its order.
+    fn rank(&self) -> (u64, u32, &K) {
+        (self.secs, self.nanos, &self.key)
+    }
 }
 
 /// The paths of one rank (sampled, or preferred) by `(last probe, key)`: eviction order, and
@@ -148,13 +172,13 @@ impl<K: Eq + Hash + Ord> Order<K> {
 
     /// The last probe of the path probed longest ago (the front slot is live).
     fn first(&self) -> Option<Duration> {
-        self.slots.front().map(|slot| slot.last)
+        self.slots.front().map(Slot::last)
     }
 
     /// Adds the live slot of a path just put on `/metrics` or probed again.
     fn insert(&mut self, slot: Slot<K>) {
         match self.slots.back() {
-            Some(back) if (back.last, &back.key) > (slot.last, &slot.key) => {
+            Some(back) if back.rank() > slot.rank() => {
                 self.insert_sorted(slot);
             }
             _ => self.slots.push_back(slot),
@@ -166,16 +190,14 @@ impl<K: Eq + Hash + Ord> Order<K> {
     #[cold]
     #[inline(never)]
     fn insert_sorted(&mut self, slot: Slot<K>) {
-        let at = self
-            .slots
-            .partition_point(|s| (s.last, &s.key) <= (slot.last, &slot.key));
+        let at = self.slots.partition_point(|s| s.rank() <= slot.rank());
         self.slots.insert(at, slot);
     }
 
     /// The slot `seq` went stale (its path was probed again, or left `/metrics`): drops it if
     /// it is at the front, with the stale ones behind it, so that the front stays live and
     /// [`first`](Self::first) exact; compacts once stale slots outnumber live ones.
-    fn retire(&mut self, seq: u64, paths: &FastMap<K, Entry>) {
+    fn retire(&mut self, seq: u32, paths: &FastMap<K, Entry>) {
         if self.slots.front().is_some_and(|slot| slot.seq == seq) {
             self.pop_stale_front(paths);
         }
@@ -226,7 +248,7 @@ pub struct SeriesBudget<K> {
     sampled: Order<K>,
     preferred: Order<K>,
     /// The `seq` of the next slot.
-    next_seq: u64,
+    next_seq: u32,
     base: usize,
     detail: usize,
     derived: usize,
@@ -320,18 +342,15 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             shed_detail: false,
             shed_derived: false,
         };
+        // Taken before the path's entry is borrowed: renumbering (when the counter runs out)
+        // needs every entry. A path kept off wastes it.
+        let seq = self.take_seq();
         match self.paths.get_mut(&key) {
             // The common case: a path on /metrics probed again, its series unchanged.
             Some(entry) if entry.series == series && entry.preferred == preferred => {
-                let seq = self.next_seq;
-                self.next_seq += 1;
                 let stale = std::mem::replace(&mut entry.seq, seq);
                 let (order, paths) = self.order_mut(preferred);
-                order.insert(Slot {
-                    last: now,
-                    key,
-                    seq,
-                });
+                order.insert(Slot::new(now, key, seq));
                 order.retire(stale, paths);
                 return admission;
             }
@@ -364,7 +383,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
                 admission.evicted.push(k);
             }
         }
-        self.put(key, now, preferred, series);
+        self.put(key, now, preferred, series, seq);
         admission
     }
 
@@ -382,7 +401,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         let mut stale = Vec::new();
         for order in [&self.sampled, &self.preferred] {
             for slot in &order.slots {
-                if slot.last >= cutoff {
+                if slot.last() >= cutoff {
                     break;
                 }
                 if live(&self.paths, slot).is_some() && !selected(&slot.key) {
@@ -428,7 +447,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         for (p, slot) in lowest_first {
             // The orders are sorted, so a stale slot that ranks too high ends the walk as well
             // as a live one would.
-            if (p, slot.last) >= rank || freed >= short {
+            if (p, slot.last()) >= rank || freed >= short {
                 break;
             }
             if let Some(entry) = live(&self.paths, slot) {
@@ -460,12 +479,10 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         Some(entry)
     }
 
-    fn put(&mut self, key: K, now: Duration, preferred: bool, series: PathSeries) {
+    fn put(&mut self, key: K, now: Duration, preferred: bool, series: PathSeries, seq: u32) {
         self.base += series.base;
         self.detail += series.detail;
         self.derived += series.derived;
-        let seq = self.next_seq;
-        self.next_seq += 1;
         self.paths.insert(
             key.clone(),
             Entry {
@@ -476,11 +493,39 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         );
         let (order, _) = self.order_mut(preferred);
         order.live += 1;
-        order.insert(Slot {
-            last: now,
-            key,
-            seq,
-        });
+        order.insert(Slot::new(now, key, seq));
+    }
+
+    /// A `seq` that no slot has.
+    fn take_seq(&mut self) -> u32 {
+        if self.next_seq == u32::MAX {
+            self.renumber();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Drops the stale slots and numbers the live ones from 0 again, once the counter is
+    /// spent: a stale slot left with an old number could match its path's entry again.
+    #[cold]
+    #[inline(never)]
+    fn renumber(&mut self) {
+        let paths = &mut self.paths;
+        let mut seq = 0;
+        for order in [&mut self.sampled, &mut self.preferred] {
+            order.slots.retain(|slot| live(paths, slot).is_some());
+            for slot in &mut order.slots {
+                if let Some(entry) = paths.get_mut(&slot.key) {
+                    entry.seq = seq;
+                }
+                slot.seq = seq;
+                // Four billion paths would not fit in memory.
+                seq += 1;
+            }
+            order.give_back_room();
+        }
+        self.next_seq = seq;
     }
 }
 

@@ -408,7 +408,7 @@ mod reference {
 /// One step of a run against the model.
 #[derive(Debug, Clone)]
 enum Step {
-    /// A probe, `dt` seconds after the previous step.
+    /// A probe, `dt` quarters of a second after the previous step.
     Record {
         dt: i64,
         key: u32,
@@ -416,7 +416,7 @@ enum Step {
         flip: bool,
         series: PathSeries,
     },
-    /// An expiry, `dt` seconds after the previous step; key `k` is selected iff bit `k` of
+    /// An expiry, `dt` quarters of a second after the previous step; key `k` is selected iff bit `k` of
     /// `selected` is set.
     Expire {
         dt: i64,
@@ -474,12 +474,17 @@ fn steps_strategy(dt: impl Strategy<Value = i64> + Clone) -> impl Strategy<Value
 
 /// Time only moves forward, often not at all between two steps.
 fn forward() -> impl Strategy<Value = i64> + Clone {
-    prop_oneof![3 => Just(0i64), 4 => 0i64..4, 1 => 0i64..90]
+    prop_oneof![3 => Just(0i64), 4 => 0i64..16, 1 => 0i64..360]
 }
 
 /// Time mostly moves forward, and sometimes steps back.
 fn jumping() -> impl Strategy<Value = i64> + Clone {
-    prop_oneof![3 => Just(0i64), 4 => 0i64..4, 1 => 0i64..90, 1 => -90i64..0]
+    prop_oneof![3 => Just(0i64), 4 => 0i64..16, 1 => 0i64..360, 1 => -360i64..0]
+}
+
+/// Where the slots' numbers start: mostly at 0, sometimes just before they run out.
+fn first_seq() -> impl Strategy<Value = u32> {
+    prop_oneof![3 => Just(0u32), 1 => (u32::MAX - 300)..=u32::MAX]
 }
 
 /// What the compact orders promise: sorted slots, a live front, no more stale slots than live
@@ -488,7 +493,7 @@ fn check_orders(b: &SeriesBudget<u32>) -> Result<(), TestCaseError> {
     for (preferred, order) in [(false, &b.sampled), (true, &b.preferred)] {
         let slots: Vec<&Slot<u32>> = order.slots.iter().collect();
         for pair in slots.windows(2) {
-            prop_assert!((pair[0].last, pair[0].key) <= (pair[1].last, pair[1].key));
+            prop_assert!(pair[0].rank() <= pair[1].rank());
         }
         if let Some(front) = slots.first() {
             prop_assert!(live(&b.paths, front).is_some(), "a stale front");
@@ -511,10 +516,17 @@ fn check_orders(b: &SeriesBudget<u32>) -> Result<(), TestCaseError> {
 
 /// Runs `steps` on the budget and on the model from the same start, and compares every answer
 /// and every accessor after each step.
-fn against_the_model(limit: usize, ttl: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
+fn against_the_model(
+    limit: usize,
+    ttl: u64,
+    seq: u32,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
     let mut b = SeriesBudget::new(limit, s(ttl));
+    b.next_seq = seq;
     let mut m = reference::SeriesBudget::new(limit, s(ttl));
-    let mut secs = 0u64;
+    let mut quarters = 0u64;
+    let at = |quarters: u64| Duration::from_millis(250 * quarters);
     for step in steps {
         match step {
             Step::Record {
@@ -523,20 +535,20 @@ fn against_the_model(limit: usize, ttl: u64, steps: Vec<Step>) -> Result<(), Tes
                 flip,
                 series,
             } => {
-                secs = secs.saturating_add_signed(dt);
+                quarters = quarters.saturating_add_signed(dt);
                 let preferred = (key % 3 == 0) != flip;
-                let got = b.record(key, s(secs), preferred, series);
-                let want = m.record(key, s(secs), preferred, series);
+                let got = b.record(key, at(quarters), preferred, series);
+                let want = m.record(key, at(quarters), preferred, series);
                 prop_assert_eq!(got, want);
             }
             Step::Expire { dt, selected } => {
-                secs = secs.saturating_add_signed(dt);
+                quarters = quarters.saturating_add_signed(dt);
                 let asked = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
-                let got = b.expire(s(secs), |k| {
+                let got = b.expire(at(quarters), |k| {
                     asked.0.borrow_mut().push(*k);
                     selected >> k & 1 == 1
                 });
-                let want = m.expire(s(secs), |k| {
+                let want = m.expire(at(quarters), |k| {
                     asked.1.borrow_mut().push(*k);
                     selected >> k & 1 == 1
                 });
@@ -574,9 +586,10 @@ proptest! {
     fn same_answers_as_the_model(
         limit in 0usize..120,
         ttl in 0u64..60,
+        seq in first_seq(),
         steps in steps_strategy(forward()),
     ) {
-        against_the_model(limit, ttl, steps)?;
+        against_the_model(limit, ttl, seq, steps)?;
     }
 
     /// And when the clock steps back (the recorder's is the wall clock).
@@ -584,9 +597,10 @@ proptest! {
     fn same_answers_as_the_model_when_the_clock_steps_back(
         limit in 0usize..120,
         ttl in 0u64..60,
+        seq in first_seq(),
         steps in steps_strategy(jumping()),
     ) {
-        against_the_model(limit, ttl, steps)?;
+        against_the_model(limit, ttl, seq, steps)?;
     }
 }
 
@@ -618,4 +632,11 @@ fn memory_follows_the_paths_on_metrics() {
         "{}",
         b.sampled.slots.capacity()
     );
+}
+
+/// A path's slot and entry stay small (a number key: the simulation's).
+#[test]
+fn slots_and_entries_are_compact() {
+    assert_eq!(std::mem::size_of::<Slot<u64>>(), 24);
+    assert_eq!(std::mem::size_of::<Entry>(), 32);
 }

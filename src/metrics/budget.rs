@@ -323,7 +323,7 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         self.paths
             .keys()
             .map(peer)
-            .collect::<std::collections::HashSet<_>>()
+            .collect::<std::collections::HashSet<_, BuildHasherDefault<Fnv>>>()
             .len()
     }
 

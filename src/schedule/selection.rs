@@ -610,15 +610,17 @@ pub fn fit_plans(
 pub struct Rotation<K = PathKey> {
     /// The round of the current set.
     round: Option<u64>,
-    /// The sampled paths now, and whether each has been probed since it was selected.
-    sampled: BTreeMap<K, bool>,
+    /// The sampled paths now, in key order, and whether each has been probed since it was
+    /// selected. A sorted `Vec`: a node has a few dozen, looked up at every probe of one (the
+    /// simulation's ten thousand nodes), where a B-tree map would walk its nodes.
+    sampled: Vec<(K, bool)>,
 }
 
 impl<K> Default for Rotation<K> {
     fn default() -> Self {
         Rotation {
             round: None,
-            sampled: BTreeMap::new(),
+            sampled: Vec::new(),
         }
     }
 }
@@ -648,56 +650,70 @@ impl<K: Clone + Ord> Rotation<K> {
     /// earlier ones still waiting for their probe, are the set from now on. In a new round a
     /// path wanted again waits for a probe anew; within the same round (a reload) it keeps what
     /// it had.
-    pub fn advance(&mut self, round: u64, wanted: Vec<K>) -> RoundChange<K> {
+    pub fn advance(&mut self, round: u64, mut wanted: Vec<K>) -> RoundChange<K> {
         let same_round = self.round == Some(round);
-        let mut next: BTreeMap<K, bool> = BTreeMap::new();
-        let mut added = Vec::new();
-        for key in wanted {
-            let probed = match self.sampled.get(&key) {
-                Some(probed) => same_round && *probed,
-                None => {
-                    added.push(key.clone());
-                    false
-                }
-            };
-            next.insert(key, probed);
-        }
+        let added: Vec<K> = wanted
+            .iter()
+            .filter(|k| self.find(k).is_err())
+            .cloned()
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        // One pass over both sets, in key order.
+        let mut earlier = std::mem::take(&mut self.sampled).into_iter().peekable();
+        let mut next = Vec::with_capacity(wanted.len() + earlier.len());
         let mut removed = Vec::new();
-        for (key, probed) in std::mem::take(&mut self.sampled) {
-            if next.contains_key(&key) {
-                continue;
+        for key in wanted {
+            while let Some((k, probed)) = earlier.next_if(|(k, _)| *k < key) {
+                Self::unwanted(k, probed, &mut next, &mut removed);
             }
-            if probed {
-                removed.push(key);
-            } else {
-                next.insert(key, false);
-            }
+            let probed = earlier
+                .next_if(|(k, _)| *k == key)
+                .is_some_and(|(_, probed)| same_round && probed);
+            next.push((key, probed));
+        }
+        for (k, probed) in earlier {
+            Self::unwanted(k, probed, &mut next, &mut removed);
         }
         self.sampled = next;
         self.round = Some(round);
         RoundChange { added, removed }
     }
 
+    /// A path of the set that the new round does not want: it goes once probed, else it waits
+    /// on.
+    fn unwanted(key: K, probed: bool, next: &mut Vec<(K, bool)>, removed: &mut Vec<K>) {
+        if probed {
+            removed.push(key);
+        } else {
+            next.push((key, false));
+        }
+    }
+
     /// The sampled paths now, in key order.
     pub fn sampled(&self) -> impl Iterator<Item = &K> {
-        self.sampled.keys()
+        self.sampled.iter().map(|(k, _)| k)
     }
 
     /// Whether `key` is one of the sampled paths now.
     pub fn contains(&self, key: &K) -> bool {
-        self.sampled.contains_key(key)
+        self.find(key).is_ok()
     }
 
     /// A probe of `key` ran (succeeded or failed; a `busy` answer is not a probe).
     pub fn probed(&mut self, key: &K) {
-        if let Some(p) = self.sampled.get_mut(key) {
-            *p = true;
+        if let Ok(i) = self.find(key) {
+            self.sampled[i].1 = true;
         }
     }
 
     /// Sampled paths still waiting for their probe.
     pub fn waiting(&self) -> usize {
-        self.sampled.values().filter(|p| !**p).count()
+        self.sampled.iter().filter(|(_, p)| !*p).count()
+    }
+
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        self.sampled.binary_search_by(|(k, _)| k.cmp(key))
     }
 }
 

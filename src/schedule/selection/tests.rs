@@ -181,6 +181,46 @@ fn rotation_keeps_sampled_paths_until_probed() {
     assert_eq!(r.waiting(), 1);
 }
 
+/// What a [`Rotation`] does, said with a map: the wanted paths (probed only if probed before in
+/// the same round), plus the earlier ones not probed yet.
+#[derive(Default)]
+struct RotationModel {
+    round: Option<u64>,
+    sampled: BTreeMap<u8, bool>,
+}
+
+impl RotationModel {
+    fn advance(&mut self, round: u64, wanted: &[u8]) -> RoundChange<u8> {
+        let same_round = self.round == Some(round);
+        let mut next = BTreeMap::new();
+        let mut added = Vec::new();
+        for key in wanted {
+            let probed = match self.sampled.get(key) {
+                Some(probed) => same_round && *probed,
+                None => {
+                    added.push(*key);
+                    false
+                }
+            };
+            next.insert(*key, probed);
+        }
+        let mut removed = Vec::new();
+        for (key, probed) in std::mem::take(&mut self.sampled) {
+            if next.contains_key(&key) {
+                continue;
+            }
+            if probed {
+                removed.push(key);
+            } else {
+                next.insert(key, false);
+            }
+        }
+        self.sampled = next;
+        self.round = Some(round);
+        RoundChange { added, removed }
+    }
+}
+
 #[test]
 fn fitted_plans_leave_room_for_the_sample() {
     let base = |k: &PathKey| {
@@ -352,6 +392,35 @@ proptest! {
                 prop_assert!(same.iter().all(|p| group_of(p) == group_of(n)));
             } else {
                 prop_assert_eq!(same.len(), max_peers);
+            }
+        }
+    }
+
+    /// A rotation changes as its model does, round after round, reloads and probes included.
+    #[test]
+    fn rotation_follows_its_model(
+        steps in proptest::collection::vec(
+            (0u64..3, proptest::collection::vec(0u8..12, 0..8), proptest::collection::vec(0u8..12, 0..6)),
+            1..12,
+        ),
+    ) {
+        let mut rotation = Rotation::new();
+        let mut model = RotationModel::default();
+        let mut round = 0;
+        for (step, wanted, probed) in steps {
+            round += step;
+            let change = rotation.advance(round, wanted.clone());
+            prop_assert_eq!(change, model.advance(round, &wanted));
+            for key in probed {
+                rotation.probed(&key);
+                if let Some(p) = model.sampled.get_mut(&key) {
+                    *p = true;
+                }
+            }
+            prop_assert_eq!(rotation.sampled().copied().collect::<Vec<_>>(), model.sampled.keys().copied().collect::<Vec<_>>());
+            prop_assert_eq!(rotation.waiting(), model.sampled.values().filter(|p| !**p).count());
+            for key in 0..12 {
+                prop_assert_eq!(rotation.contains(&key), model.sampled.contains_key(&key));
             }
         }
     }

@@ -155,6 +155,62 @@ fn a_group_larger_than_max_peers_is_rotated_through() {
     assert_eq!(seen.len(), 9, "{seen:?}");
 }
 
+/// The selection by numbers names the same paths as the selection by names, in the same order
+/// and with the same roles: nodes of several layouts (given order unlike name order, a node
+/// outside the layout, devices without a rail or off their place), full mesh and not, rotating
+/// groups and tiny ones, over rounds.
+#[test]
+fn paths_by_number_are_the_paths_by_name() {
+    let mixed = vec![
+        LocalDevice::new("z0", Some(3)),
+        LocalDevice::new("a1", None),
+        LocalDevice::new("m2", Some(0)),
+    ];
+    let shapes: [&[usize]; 7] = [
+        &[3, 2],
+        &[10, 3],
+        &[1; 8],
+        &[5, 7, 2, 9, 1],
+        &[32; 20],
+        &[40, 40, 3],
+        &[300],
+    ];
+    for sizes in shapes {
+        let mut nodes = cluster(sizes);
+        nodes.reverse();
+        let layout = layout(&nodes);
+        for config in [config(4, 1), config(32, 10), config(6, 3), config(1000, 3)] {
+            for devs in [devices(2), mixed.clone()] {
+                let by_name = |paths: Vec<Selected<PathIndex>>| -> Vec<Selected> {
+                    paths
+                        .into_iter()
+                        .map(|p| Selected {
+                            key: PathKey::new(
+                                devs[p.key.device].name.clone(),
+                                layout.name(p.key.peer),
+                                devs[p.key.device].rail,
+                            ),
+                            role: p.role,
+                        })
+                        .collect()
+                };
+                let names = nodes.iter().step_by(7).map(|(n, _)| n.as_str());
+                for node in names.chain(["absent"]) {
+                    let s = Selector::with_layout(node, layout.clone(), &devs, &config);
+                    for round in [0, 1, 2, 7, 1234, 99_999_999] {
+                        let at = format!("{sizes:?} {config:?} {node} round {round}");
+                        let fixed = s.fixed_paths(round);
+                        assert_eq!(by_name(s.fixed_path_indices(round)), fixed, "{at}");
+                        let sampled = s.sampled_paths(round);
+                        assert_eq!(by_name(s.sampled_path_indices(round)), sampled, "{at}");
+                        assert!(fixed.len() + sampled.len() > 0, "{at}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rotation_keeps_sampled_paths_until_probed() {
     let key = |p: &str| PathKey::new("d", p, Some(0));

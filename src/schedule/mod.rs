@@ -58,6 +58,6 @@ pub use scheduler::{
 };
 pub use select::{rail_matched, LocalDevice};
 pub use selection::{
-    fit_plans, Candidate, Coverage, Layout, Role, Rotation, RoundChange, Selected, SelectionConfig,
-    Selector, Source,
+    fit_plans, Candidate, Coverage, Layout, PathIndex, Role, Rotation, RoundChange, Selected,
+    SelectionConfig, Selector, Source,
 };

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::budget::secs_to_duration;
-use super::path::{PathKey, PathPlan, MAX_INTERVAL};
+use super::path::{PathKey, PathPlan, ScheduleKey, MAX_INTERVAL};
 use super::select::LocalDevice;
 
 /// The label that groups nodes, unless configured: the top-of-rack switch.
@@ -123,17 +123,29 @@ impl Role {
     }
 }
 
-/// A selected path and why.
+/// A selected path and why: keyed by names ([`PathKey`]), or by numbers ([`PathIndex`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selected {
-    pub key: PathKey,
+pub struct Selected<K = PathKey> {
+    pub key: K,
     pub role: Role,
+}
+
+/// A path by numbers: the local device's place in the [`Selector`]'s device list and the peer's
+/// place in the [`Layout`]'s node order ([`Layout::name`]). What the selection computes before
+/// any name is built: the simulation selects for ten thousand nodes every round and keys its
+/// paths by number, so it takes these and never builds a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PathIndex {
+    pub device: usize,
+    pub peer: usize,
 }
 
 /// A group of nodes (one value of the group label), members in name order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Group {
     members: Vec<String>,
+    /// Each member's place in the layout's node order.
+    ids: Vec<usize>,
 }
 
 /// The cluster as the selection sees it: every node (this one included) in its group, and the
@@ -157,7 +169,7 @@ impl Layout {
         nodes: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
         group_by: &str,
     ) -> Layout {
-        let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let mut by_group: BTreeMap<&str, Vec<(String, usize)>> = BTreeMap::new();
         let mut order = Vec::new();
         let mut seen = BTreeSet::new();
         for (name, labels) in nodes {
@@ -165,14 +177,18 @@ impl Layout {
                 continue;
             }
             let group = labels.get(group_by).map_or("", String::as_str);
-            by_group.entry(group).or_default().push(name.to_owned());
+            by_group
+                .entry(group)
+                .or_default()
+                .push((name.to_owned(), order.len()));
             order.push(name.to_owned());
         }
         let groups: Vec<Group> = by_group
             .into_values()
             .map(|mut members| {
                 members.sort();
-                Group { members }
+                let (members, ids) = members.into_iter().unzip();
+                Group { members, ids }
             })
             .collect();
         let mut places = HashMap::with_capacity(order.len());
@@ -223,6 +239,11 @@ impl Layout {
     pub fn members(&self, g: usize) -> &[String] {
         &self.groups[g].members
     }
+
+    /// The name of the node at `id` in the given order (a [`PathIndex::peer`]).
+    pub fn name(&self, id: usize) -> &str {
+        &self.order[id]
+    }
 }
 
 /// The rotation of one node; cheap to query per round.
@@ -231,7 +252,8 @@ pub struct Selector {
     config: SelectionConfig,
     devices: Vec<LocalDevice>,
     layout: Arc<Layout>,
-    node: String,
+    /// The node's place in the layout's node order (`None`: not in the layout).
+    id: Option<usize>,
     /// The node's group and its index among the members.
     local: usize,
     me: usize,
@@ -263,11 +285,12 @@ impl Selector {
         let peers = layout
             .len()
             .saturating_sub(usize::from(layout.place(node).is_some()));
-        let (local, me) = layout.place(node).unwrap_or((usize::MAX, 0));
+        let place = layout.place(node);
+        let (local, me) = place.unwrap_or((usize::MAX, 0));
         Selector {
             config: config.clone(),
             devices: devices.to_vec(),
-            node: node.to_owned(),
+            id: place.map(|(g, i)| layout.groups[g].ids[i]),
             local,
             me,
             full_mesh: peers <= config.max_peers || local == usize::MAX,
@@ -311,53 +334,76 @@ impl Selector {
     /// The paths that do not rotate with the sample: every candidate (full mesh), or the node's
     /// group (the whole group in every round when it fits in `max_peers`), per local device.
     pub fn fixed_paths(&self, round: u64) -> Vec<Selected> {
-        let mut out = Vec::new();
-        if self.full_mesh {
-            for d in &self.devices {
-                for p in self.layout.order.iter().filter(|p| **p != self.node) {
-                    out.push(Selected {
-                        key: PathKey::new(d.name.clone(), p.clone(), d.rail),
-                        role: Role::FullMesh,
-                    });
-                }
-            }
-            return out;
-        }
-        let same = self.same_group(round);
-        for d in &self.devices {
-            out.extend(same.iter().map(|p| Selected {
-                key: PathKey::new(d.name.clone(), (*p).clone(), d.rail),
-                role: Role::SameGroup,
+        self.named(self.fixed_path_indices(round))
+    }
+
+    /// [`fixed_paths`](Self::fixed_paths) by numbers.
+    pub fn fixed_path_indices(&self, round: u64) -> Vec<Selected<PathIndex>> {
+        let (role, peers) = if self.full_mesh {
+            let all = (0..self.layout.len()).filter(|p| Some(*p) != self.id);
+            (Role::FullMesh, all.collect())
+        } else {
+            (Role::SameGroup, self.same_group(round))
+        };
+        let mut out = Vec::with_capacity(self.devices.len() * peers.len());
+        for device in 0..self.devices.len() {
+            out.extend(peers.iter().map(|&peer| Selected {
+                key: PathIndex { device, peer },
+                role,
             }));
         }
         out
     }
 
-    /// Whether [`fixed_paths`](Self::fixed_paths) is the same in every round.
+    /// Whether [`fixed_paths`](Self::fixed_paths) changes from round to round.
     pub fn fixed_paths_rotate(&self) -> bool {
-        !self.full_mesh && self.coverage().same_group_rounds > 0
+        !self.full_mesh && self.same_group_rounds() > 0
     }
 
     /// This round's other-group paths, per local device (none for a full mesh).
     pub fn sampled_paths(&self, round: u64) -> Vec<Selected> {
-        let mut out = Vec::new();
+        self.named(self.sampled_path_indices(round))
+    }
+
+    /// [`sampled_paths`](Self::sampled_paths) by numbers.
+    pub fn sampled_path_indices(&self, round: u64) -> Vec<Selected<PathIndex>> {
         if self.full_mesh {
-            return out;
+            return Vec::new();
         }
-        for (index, d) in self.devices.iter().enumerate() {
-            let rail = rail_index(d, index);
+        let mut out = Vec::with_capacity(self.devices.len() * (self.share() + 1));
+        let mut peers = Vec::new();
+        for (device, d) in self.devices.iter().enumerate() {
+            peers.clear();
+            self.sampled(round, rail_index(d, device), |peer| peers.push(peer));
             // A window longer than a block's whole cycle (tiny groups) comes back to a pair.
-            let mut taken = BTreeSet::new();
-            self.sampled(round, rail, |peer| {
-                if taken.insert(peer) {
-                    out.push(Selected {
-                        key: PathKey::new(d.name.clone(), peer.to_owned(), d.rail),
-                        role: Role::Sampled,
-                    });
-                }
-            });
+            keep_first_of_each(&mut peers);
+            out.extend(peers.iter().map(|&peer| Selected {
+                key: PathIndex { device, peer },
+                role: Role::Sampled,
+            }));
         }
         out
+    }
+
+    /// The key of a path by numbers: its device's name and rail, its peer's name.
+    pub fn path_key(&self, path: PathIndex) -> PathKey {
+        let device = &self.devices[path.device];
+        PathKey::new(
+            device.name.clone(),
+            self.layout.name(path.peer),
+            device.rail,
+        )
+    }
+
+    /// `selected` keyed by names.
+    fn named(&self, selected: Vec<Selected<PathIndex>>) -> Vec<Selected> {
+        selected
+            .into_iter()
+            .map(|s| Selected {
+                key: self.path_key(s.key),
+                role: s.role,
+            })
+            .collect()
     }
 
     /// What the selection guarantees (see [`Coverage`]).
@@ -376,11 +422,7 @@ impl Selector {
         let groups = &self.layout.groups;
         let m = groups.len();
         let n_local = groups[self.local].members.len();
-        let same_group_rounds = if n_local - 1 <= c.max_peers {
-            0
-        } else {
-            (n_local - 1).div_ceil(c.max_peers.max(1)) as u64 + 1
-        };
+        let same_group_rounds = self.same_group_rounds();
         // The worst over every group of the cluster: this node's group probes the others, and is
         // probed by them with their own windows.
         let mut pair = 0;
@@ -405,18 +447,43 @@ impl Selector {
             groups: m,
             group_size: n_local,
             same_group_rounds,
-            sampled_per_device: if m >= 2 { share(n_local, m, c) } else { 0 },
+            sampled_per_device: self.share(),
             group_pair_rounds: pair,
             path_rounds: path,
         }
     }
 
-    /// The node's own group in `round`: all of it, or a window of `max_peers` moving by
-    /// `max_peers` each round (starting at the node's own place, so that members do not all
+    /// [`Coverage::sampled_per_device`] (not for a full mesh).
+    fn share(&self) -> usize {
+        let groups = &self.layout.groups;
+        let m = groups.len();
+        if m < 2 {
+            return 0;
+        }
+        share(groups[self.local].members.len(), m, &self.config)
+    }
+
+    /// [`Coverage::same_group_rounds`] (not for a full mesh).
+    fn same_group_rounds(&self) -> u64 {
+        let n_local = self.layout.groups[self.local].members.len();
+        let max_peers = self.config.max_peers;
+        if n_local - 1 <= max_peers {
+            0
+        } else {
+            (n_local - 1).div_ceil(max_peers.max(1)) as u64 + 1
+        }
+    }
+
+    /// The node's own group in `round` (node ids): all of it, or a window of `max_peers` moving
+    /// by `max_peers` each round (starting at the node's own place, so that members do not all
     /// pick the same peers at once).
-    fn same_group(&self, round: u64) -> Vec<&String> {
-        let members = &self.layout.groups[self.local].members;
-        let same: Vec<&String> = members.iter().filter(|m| **m != self.node).collect();
+    fn same_group(&self, round: u64) -> Vec<usize> {
+        let ids = &self.layout.groups[self.local].ids;
+        let same: Vec<usize> = ids
+            .iter()
+            .copied()
+            .filter(|m| Some(*m) != self.id)
+            .collect();
         let n = same.len();
         let max = self.config.max_peers;
         if n <= max {
@@ -426,9 +493,9 @@ impl Selector {
         (0..max).map(|i| same[(start as usize + i) % n]).collect()
     }
 
-    /// Calls `take` with each other-group peer this node probes on `rail` in `round`: the items
-    /// of its group's window whose prober is this node.
-    fn sampled<'a>(&'a self, round: u64, rail: u64, mut take: impl FnMut(&'a str)) {
+    /// Calls `take` with each other-group peer (node id) this node probes on `rail` in `round`:
+    /// the items of its group's window whose prober is this node.
+    fn sampled(&self, round: u64, rail: u64, mut take: impl FnMut(usize)) {
         let groups = &self.layout.groups;
         let m = groups.len() as u64;
         if m < 2 {
@@ -451,7 +518,7 @@ impl Selector {
             while rel < hi {
                 let it = item(z0 + rel, self.local, n_g as usize, groups, rail);
                 debug_assert_eq!(it.prober, self.me);
-                take(&groups[it.group].members[it.responder]);
+                take(groups[it.group].ids[it.responder]);
                 rel += n_g;
             }
             t += 1;
@@ -485,6 +552,22 @@ pub struct Coverage {
 /// list when it has none.
 fn rail_index(device: &LocalDevice, index: usize) -> u64 {
     device.rail.map_or(index as u64, u64::from)
+}
+
+/// Drops the repeats of `ids`, keeping the first of each in place.
+fn keep_first_of_each(ids: &mut Vec<usize>) {
+    let repeats = if ids.len() <= 32 {
+        // A device's share of a round: a few comparisons, no allocation.
+        (1..ids.len()).any(|i| ids[..i].contains(&ids[i]))
+    } else {
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.windows(2).any(|w| w[0] == w[1])
+    };
+    if repeats {
+        let mut taken = BTreeSet::new();
+        ids.retain(|id| taken.insert(*id));
+    }
 }
 
 /// Other-group paths per device and round for a member of a group of `n_g` among `m` groups:
@@ -552,14 +635,14 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// this the scheduler would stretch every path of the device alike, sampled ones too, and a
 /// sampled path's first probe would fall past its round. Planned by the nominal share rather
 /// than this round's count, a same-group plan stays the same from round to round.
-pub fn fit_plans(
-    selected: &[Selected],
-    base: impl Fn(&PathKey) -> PathPlan,
+pub fn fit_plans<K: ScheduleKey>(
+    selected: &[Selected<K>],
+    base: impl Fn(&K) -> PathPlan<K>,
     duty_cycle: f64,
     round: Duration,
     sampled_per_device: usize,
-) -> Vec<PathPlan> {
-    let mut plans: Vec<(Role, PathPlan)> = selected
+) -> Vec<PathPlan<K>> {
+    let mut plans: Vec<(Role, PathPlan<K>)> = selected
         .iter()
         .map(|s| {
             let mut plan = base(&s.key);
@@ -570,17 +653,17 @@ pub fn fit_plans(
         })
         .collect();
     // Per device: Σ burst / interval of the same-group paths, and their mean burst.
-    let mut per_device: BTreeMap<&str, (f64, f64, usize)> = BTreeMap::new();
+    let mut per_device: BTreeMap<&K::Device, (f64, f64, usize)> = BTreeMap::new();
     for (role, plan) in &plans {
         if *role == Role::SameGroup {
             let burst = plan.expected_burst.as_secs_f64();
-            let entry = per_device.entry(plan.key.device.as_str()).or_default();
+            let entry = per_device.entry(plan.key.device()).or_default();
             entry.0 += burst / plan.interval.as_secs_f64();
             entry.1 += burst;
             entry.2 += 1;
         }
     }
-    let factors: BTreeMap<String, f64> = per_device
+    let factors: BTreeMap<K::Device, f64> = per_device
         .into_iter()
         .map(|(device, (same, bursts, n))| {
             let sampled = sampled_per_device as f64 * (bursts / n as f64) / round.as_secs_f64();
@@ -590,12 +673,12 @@ pub fn fit_plans(
             } else {
                 1.0
             };
-            (device.to_owned(), factor)
+            (device.clone(), factor)
         })
         .collect();
     for (role, plan) in &mut plans {
         if *role == Role::SameGroup {
-            let factor = factors.get(&plan.key.device).copied().unwrap_or(1.0);
+            let factor = factors.get(plan.key.device()).copied().unwrap_or(1.0);
             let stretched = secs_to_duration(plan.interval.as_secs_f64() * factor);
             plan.interval = stretched.clamp(plan.interval, MAX_INTERVAL);
         }
@@ -610,15 +693,17 @@ pub fn fit_plans(
 pub struct Rotation<K = PathKey> {
     /// The round of the current set.
     round: Option<u64>,
-    /// The sampled paths now, and whether each has been probed since it was selected.
-    sampled: BTreeMap<K, bool>,
+    /// The sampled paths now, in key order, and whether each has been probed since it was
+    /// selected. A sorted `Vec`: a node has a few dozen, looked up at every probe of one (the
+    /// simulation's ten thousand nodes), where a B-tree map would walk its nodes.
+    sampled: Vec<(K, bool)>,
 }
 
 impl<K> Default for Rotation<K> {
     fn default() -> Self {
         Rotation {
             round: None,
-            sampled: BTreeMap::new(),
+            sampled: Vec::new(),
         }
     }
 }
@@ -648,56 +733,70 @@ impl<K: Clone + Ord> Rotation<K> {
     /// earlier ones still waiting for their probe, are the set from now on. In a new round a
     /// path wanted again waits for a probe anew; within the same round (a reload) it keeps what
     /// it had.
-    pub fn advance(&mut self, round: u64, wanted: Vec<K>) -> RoundChange<K> {
+    pub fn advance(&mut self, round: u64, mut wanted: Vec<K>) -> RoundChange<K> {
         let same_round = self.round == Some(round);
-        let mut next: BTreeMap<K, bool> = BTreeMap::new();
-        let mut added = Vec::new();
-        for key in wanted {
-            let probed = match self.sampled.get(&key) {
-                Some(probed) => same_round && *probed,
-                None => {
-                    added.push(key.clone());
-                    false
-                }
-            };
-            next.insert(key, probed);
-        }
+        let added: Vec<K> = wanted
+            .iter()
+            .filter(|k| self.find(k).is_err())
+            .cloned()
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        // One pass over both sets, in key order.
+        let mut earlier = std::mem::take(&mut self.sampled).into_iter().peekable();
+        let mut next = Vec::with_capacity(wanted.len() + earlier.len());
         let mut removed = Vec::new();
-        for (key, probed) in std::mem::take(&mut self.sampled) {
-            if next.contains_key(&key) {
-                continue;
+        for key in wanted {
+            while let Some((k, probed)) = earlier.next_if(|(k, _)| *k < key) {
+                Self::unwanted(k, probed, &mut next, &mut removed);
             }
-            if probed {
-                removed.push(key);
-            } else {
-                next.insert(key, false);
-            }
+            let probed = earlier
+                .next_if(|(k, _)| *k == key)
+                .is_some_and(|(_, probed)| same_round && probed);
+            next.push((key, probed));
+        }
+        for (k, probed) in earlier {
+            Self::unwanted(k, probed, &mut next, &mut removed);
         }
         self.sampled = next;
         self.round = Some(round);
         RoundChange { added, removed }
     }
 
+    /// A path of the set that the new round does not want: it goes once probed, else it waits
+    /// on.
+    fn unwanted(key: K, probed: bool, next: &mut Vec<(K, bool)>, removed: &mut Vec<K>) {
+        if probed {
+            removed.push(key);
+        } else {
+            next.push((key, false));
+        }
+    }
+
     /// The sampled paths now, in key order.
     pub fn sampled(&self) -> impl Iterator<Item = &K> {
-        self.sampled.keys()
+        self.sampled.iter().map(|(k, _)| k)
     }
 
     /// Whether `key` is one of the sampled paths now.
     pub fn contains(&self, key: &K) -> bool {
-        self.sampled.contains_key(key)
+        self.find(key).is_ok()
     }
 
     /// A probe of `key` ran (succeeded or failed; a `busy` answer is not a probe).
     pub fn probed(&mut self, key: &K) {
-        if let Some(p) = self.sampled.get_mut(key) {
-            *p = true;
+        if let Ok(i) = self.find(key) {
+            self.sampled[i].1 = true;
         }
     }
 
     /// Sampled paths still waiting for their probe.
     pub fn waiting(&self) -> usize {
-        self.sampled.values().filter(|p| !**p).count()
+        self.sampled.iter().filter(|(_, p)| !*p).count()
+    }
+
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        self.sampled.binary_search_by(|(k, _)| k.cmp(key))
     }
 }
 

@@ -32,8 +32,9 @@ use thiserror::Error;
 
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{
-    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathKey,
-    PathPlan, Role, Rotation, ScheduleConfig, ScheduleKey, Scheduler, SelectionConfig, Selector,
+    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathIndex,
+    PathPlan, Role, Rotation, ScheduleConfig, ScheduleKey, Scheduler, Selected, SelectionConfig,
+    Selector,
 };
 pub use report::{GapFigures, NodeFigures, Report, Summary};
 use stats::{GapTracker, NodeStats};
@@ -169,14 +170,18 @@ impl ScheduleKey for SimKey {
     }
 }
 
-impl SimKey {
-    fn of(key: &PathKey) -> SimKey {
+impl From<PathIndex> for SimKey {
+    /// A simulated node's devices are its rails in order, and the layout's node order is the
+    /// nodes' index order.
+    fn from(path: PathIndex) -> SimKey {
         SimKey {
-            rail: key.rail.unwrap_or(0),
-            peer: u32::try_from(node_index(&key.peer)).unwrap_or(u32::MAX),
+            rail: path.device as u16,
+            peer: path.peer as u32,
         }
     }
+}
 
+impl SimKey {
     /// As one number, for the series budget.
     fn id(self, nodes: usize) -> u64 {
         stats::path_id(self.peer as usize, self.rail, nodes)
@@ -196,6 +201,8 @@ struct Node {
     sched: Scheduler<SimKey>,
     selector: Selector,
     rotation: Rotation<SimKey>,
+    /// Other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
+    share: usize,
     round: u64,
     running: Vec<Option<Running>>,
     /// The wake-up queued for this node (older queue entries are stale).
@@ -256,28 +263,57 @@ fn node_name(i: usize) -> String {
     format!("node{i:05}")
 }
 
-/// The index of a node from its name.
-fn node_index(name: &str) -> usize {
-    name.get(4..)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(usize::MAX)
-}
-
 /// A path's plan before fitting: the configured interval, jitter and burst.
-fn base_plan(config: &SimulationConfig, key: &PathKey) -> PathPlan {
-    PathPlan::new(key.clone(), config.interval)
+fn base_plan(config: &SimulationConfig, key: SimKey) -> PathPlan<SimKey> {
+    PathPlan::new(key, config.interval)
         .with_jitter(config.jitter)
         .with_expected_burst(config.burst)
 }
 
-/// The plan with the simulation's key.
-fn sim_plan(plan: PathPlan) -> PathPlan<SimKey> {
-    PathPlan {
-        key: SimKey::of(&plan.key),
-        interval: plan.interval,
-        jitter: plan.jitter,
-        expected_burst: plan.expected_burst,
+/// A selection keyed for the simulation.
+fn sim_keyed(selected: Vec<Selected<PathIndex>>) -> Vec<Selected<SimKey>> {
+    selected
+        .into_iter()
+        .map(|s| Selected {
+            key: s.key.into(),
+            role: s.role,
+        })
+        .collect()
+}
+
+/// The plans of a selection: the configured ones, fitted to the duty cycle.
+fn fitted_plans(
+    config: &SimulationConfig,
+    selected: &[Selected<SimKey>],
+    share: usize,
+) -> Vec<PathPlan<SimKey>> {
+    fit_plans(
+        selected,
+        |k| base_plan(config, *k),
+        config.duty_cycle,
+        config.selection.round,
+        share,
+    )
+}
+
+/// Per device, the fixed path (same group or full mesh) with the longest plan. The scheduler
+/// stretches all the intervals of a device by one factor, so the longest interval it gives a
+/// fixed path is that path's: one lookup per device, not per path.
+fn longest_fixed_plans(plans: &[PathPlan<SimKey>], selected: &[Selected<SimKey>]) -> Vec<SimKey> {
+    let mut longest: Vec<Option<(Duration, SimKey)>> = Vec::new();
+    for (plan, s) in plans.iter().zip(selected) {
+        if s.role == Role::Sampled {
+            continue;
+        }
+        let rail = usize::from(plan.key.rail);
+        if longest.len() <= rail {
+            longest.resize(rail + 1, None);
+        }
+        if longest[rail].is_none_or(|(interval, _)| plan.interval > interval) {
+            longest[rail] = Some((plan.interval, plan.key));
+        }
     }
+    longest.into_iter().flatten().map(|(_, key)| key).collect()
 }
 
 fn device_name(rail: u16) -> String {
@@ -326,6 +362,7 @@ impl<'a> Sim<'a> {
             let node = Node {
                 sched: Scheduler::new(seed_from_name(name), schedule.clone())
                     .map_err(|e| SimulateError::Schedule(e.to_string()))?,
+                share: selector.coverage().sampled_per_device,
                 selector,
                 rotation: Rotation::new(),
                 round: 0,
@@ -346,29 +383,20 @@ impl<'a> Sim<'a> {
     fn start_node(&mut self, n: usize) -> Result<(), SimulateError> {
         let config = self.config;
         let node = &mut self.nodes[n];
-        let mut selected = node.selector.fixed_paths(0);
-        let wanted = node.selector.sampled_paths(0);
+        let mut selected = sim_keyed(node.selector.fixed_path_indices(0));
+        let wanted = sim_keyed(node.selector.sampled_path_indices(0));
         node.rotation
-            .advance(0, wanted.iter().map(|s| SimKey::of(&s.key)).collect());
+            .advance(0, wanted.iter().map(|s| s.key).collect());
         selected.extend(wanted);
-        let share = node.selector.coverage().sampled_per_device;
-        let base = |k: &PathKey| base_plan(config, k);
-        let plans = fit_plans(
-            &selected,
-            base,
-            config.duty_cycle,
-            config.selection.round,
-            share,
-        );
-        let plans: Vec<PathPlan<SimKey>> = plans.into_iter().map(sim_plan).collect();
+        let plans = fitted_plans(config, &selected, node.share);
+        let longest = longest_fixed_plans(&plans, &selected);
         node.sched
             .set_paths(plans, Duration::ZERO)
             .map_err(|e| SimulateError::Schedule(e.to_string()))?;
         // The longest interval a fixed path gets, stretched by the scheduler if it must.
-        node.stats.planned_interval = selected
+        node.stats.planned_interval = longest
             .iter()
-            .filter(|s| s.role != Role::Sampled)
-            .filter_map(|s| node.sched.path_status(&SimKey::of(&s.key)))
+            .filter_map(|k| node.sched.path_status(k))
             .map(|st| st.effective_interval)
             .max()
             .unwrap_or_default();
@@ -423,10 +451,10 @@ impl<'a> Sim<'a> {
         let config = self.config;
         let node = &mut self.nodes[n];
         node.round = round;
-        let wanted = node.selector.sampled_paths(round);
+        let wanted = node.selector.sampled_path_indices(round);
         let change = node
             .rotation
-            .advance(round, wanted.iter().map(|s| SimKey::of(&s.key)).collect());
+            .advance(round, wanted.into_iter().map(|s| s.key.into()).collect());
         let mut removed = change.removed;
         let mut upsert: Vec<PathPlan<SimKey>> = change
             .added
@@ -440,25 +468,16 @@ impl<'a> Sim<'a> {
             .collect();
         if node.selector.fixed_paths_rotate() {
             // A group larger than max_peers: its window moves too.
-            let share = node.selector.coverage().sampled_per_device;
-            let fixed = node.selector.fixed_paths(round);
-            let keep: std::collections::BTreeSet<SimKey> =
-                fixed.iter().map(|s| SimKey::of(&s.key)).collect();
+            let fixed = sim_keyed(node.selector.fixed_path_indices(round));
+            let mut keep: Vec<SimKey> = fixed.iter().map(|s| s.key).collect();
+            keep.sort_unstable();
             removed.extend(
                 node.sched
                     .paths()
-                    .filter(|k| !keep.contains(k) && !node.rotation.contains(k))
+                    .filter(|k| keep.binary_search(k).is_err() && !node.rotation.contains(k))
                     .copied(),
             );
-            let base = |k: &PathKey| base_plan(config, k);
-            let plans = fit_plans(
-                &fixed,
-                base,
-                config.duty_cycle,
-                config.selection.round,
-                share,
-            );
-            upsert.extend(plans.into_iter().map(sim_plan));
+            upsert.extend(fitted_plans(config, &fixed, node.share));
         }
         node.sched
             .update_paths(&removed, upsert, t)

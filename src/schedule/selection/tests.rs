@@ -155,6 +155,62 @@ fn a_group_larger_than_max_peers_is_rotated_through() {
     assert_eq!(seen.len(), 9, "{seen:?}");
 }
 
+/// The selection by numbers names the same paths as the selection by names, in the same order
+/// and with the same roles: nodes of several layouts (given order unlike name order, a node
+/// outside the layout, devices without a rail or off their place), full mesh and not, rotating
+/// groups and tiny ones, over rounds.
+#[test]
+fn paths_by_number_are_the_paths_by_name() {
+    let mixed = vec![
+        LocalDevice::new("z0", Some(3)),
+        LocalDevice::new("a1", None),
+        LocalDevice::new("m2", Some(0)),
+    ];
+    let shapes: [&[usize]; 7] = [
+        &[3, 2],
+        &[10, 3],
+        &[1; 8],
+        &[5, 7, 2, 9, 1],
+        &[32; 20],
+        &[40, 40, 3],
+        &[300],
+    ];
+    for sizes in shapes {
+        let mut nodes = cluster(sizes);
+        nodes.reverse();
+        let layout = layout(&nodes);
+        for config in [config(4, 1), config(32, 10), config(6, 3), config(1000, 3)] {
+            for devs in [devices(2), mixed.clone()] {
+                let by_name = |paths: Vec<Selected<PathIndex>>| -> Vec<Selected> {
+                    paths
+                        .into_iter()
+                        .map(|p| Selected {
+                            key: PathKey::new(
+                                devs[p.key.device].name.clone(),
+                                layout.name(p.key.peer),
+                                devs[p.key.device].rail,
+                            ),
+                            role: p.role,
+                        })
+                        .collect()
+                };
+                let names = nodes.iter().step_by(7).map(|(n, _)| n.as_str());
+                for node in names.chain(["absent"]) {
+                    let s = Selector::with_layout(node, layout.clone(), &devs, &config);
+                    for round in [0, 1, 2, 7, 1234, 99_999_999] {
+                        let at = format!("{sizes:?} {config:?} {node} round {round}");
+                        let fixed = s.fixed_paths(round);
+                        assert_eq!(by_name(s.fixed_path_indices(round)), fixed, "{at}");
+                        let sampled = s.sampled_paths(round);
+                        assert_eq!(by_name(s.sampled_path_indices(round)), sampled, "{at}");
+                        assert!(fixed.len() + sampled.len() > 0, "{at}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rotation_keeps_sampled_paths_until_probed() {
     let key = |p: &str| PathKey::new("d", p, Some(0));
@@ -179,6 +235,46 @@ fn rotation_keeps_sampled_paths_until_probed() {
     assert_eq!(third.removed, keys(&["b"]));
     assert!(third.added.is_empty());
     assert_eq!(r.waiting(), 1);
+}
+
+/// What a [`Rotation`] does, said with a map: the wanted paths (probed only if probed before in
+/// the same round), plus the earlier ones not probed yet.
+#[derive(Default)]
+struct RotationModel {
+    round: Option<u64>,
+    sampled: BTreeMap<u8, bool>,
+}
+
+impl RotationModel {
+    fn advance(&mut self, round: u64, wanted: &[u8]) -> RoundChange<u8> {
+        let same_round = self.round == Some(round);
+        let mut next = BTreeMap::new();
+        let mut added = Vec::new();
+        for key in wanted {
+            let probed = match self.sampled.get(key) {
+                Some(probed) => same_round && *probed,
+                None => {
+                    added.push(*key);
+                    false
+                }
+            };
+            next.insert(*key, probed);
+        }
+        let mut removed = Vec::new();
+        for (key, probed) in std::mem::take(&mut self.sampled) {
+            if next.contains_key(&key) {
+                continue;
+            }
+            if probed {
+                removed.push(key);
+            } else {
+                next.insert(key, false);
+            }
+        }
+        self.sampled = next;
+        self.round = Some(round);
+        RoundChange { added, removed }
+    }
 }
 
 #[test]
@@ -352,6 +448,35 @@ proptest! {
                 prop_assert!(same.iter().all(|p| group_of(p) == group_of(n)));
             } else {
                 prop_assert_eq!(same.len(), max_peers);
+            }
+        }
+    }
+
+    /// A rotation changes as its model does, round after round, reloads and probes included.
+    #[test]
+    fn rotation_follows_its_model(
+        steps in proptest::collection::vec(
+            (0u64..3, proptest::collection::vec(0u8..12, 0..8), proptest::collection::vec(0u8..12, 0..6)),
+            1..12,
+        ),
+    ) {
+        let mut rotation = Rotation::new();
+        let mut model = RotationModel::default();
+        let mut round = 0;
+        for (step, wanted, probed) in steps {
+            round += step;
+            let change = rotation.advance(round, wanted.clone());
+            prop_assert_eq!(change, model.advance(round, &wanted));
+            for key in probed {
+                rotation.probed(&key);
+                if let Some(p) = model.sampled.get_mut(&key) {
+                    *p = true;
+                }
+            }
+            prop_assert_eq!(rotation.sampled().copied().collect::<Vec<_>>(), model.sampled.keys().copied().collect::<Vec<_>>());
+            prop_assert_eq!(rotation.waiting(), model.sampled.values().filter(|p| !**p).count());
+            for key in 0..12 {
+                prop_assert_eq!(rotation.contains(&key), model.sampled.contains_key(&key));
             }
         }
     }

@@ -32,9 +32,8 @@ use thiserror::Error;
 
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{
-    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, OutcomeKind, PathIndex,
-    PathPlan, Role, Rotation, ScheduleConfig, ScheduleKey, Scheduler, Selected, SelectionConfig,
-    Selector,
+    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, PathIndex, PathPlan, Role,
+    Rotation, ScheduleConfig, ScheduleKey, Scheduler, Selected, SelectionConfig, Selector,
 };
 pub use report::{GapFigures, NodeFigures, Report, Summary};
 use stats::{GapTracker, NodeStats};
@@ -188,34 +187,90 @@ impl SimKey {
     }
 }
 
-/// A burst (or a `busy` answer) in progress on a local device.
-#[derive(Debug, Clone, Copy)]
-struct Running {
-    end: Duration,
-    key: SimKey,
-    outcome: Outcome,
+/// A rail of a node: its burst (or `busy` answer) in progress, while the rail's bit is set in
+/// [`Node::running`], and its bursts so far. Times in nanoseconds of virtual time: 32 bytes, so
+/// that the rails of a node sit in a few cache lines.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rail {
+    /// When the burst in progress ends.
+    end: u64,
+    /// When the node must wake for this rail: at the end of a `busy` answer (its retry comes
+    /// soon after), else when the rail's next path is due but not before the end ([`wake_for`]).
+    wake: u64,
+    /// Bursts (not `busy` answers) so far.
+    bursts: u64,
+    peer: u32,
+    busy: bool,
+    /// A probe of this round's other-group sample (the rotation waits for it).
+    sampled: bool,
 }
 
-/// One simulated node.
+/// One simulated node: what every burst touches first, the selection (used at rounds only)
+/// boxed out of the way.
 struct Node {
     sched: Scheduler<SimKey>,
-    selector: Selector,
-    rotation: Rotation<SimKey>,
-    /// Other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
-    share: usize,
-    round: u64,
-    running: Vec<Option<Running>>,
-    /// The wake-up queued for this node (older queue entries are stale).
-    wake: Duration,
     budget: SeriesBudget<u64>,
     stats: NodeStats,
+    rotation: Rotation<SimKey>,
+    /// The rails with a burst in progress, one bit each: with a 5% duty cycle most are idle, and
+    /// their [`Rail`]s are not read.
+    running: u64,
+    /// When the next round starts.
+    next_round: Duration,
+    round: u64,
+    /// Other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
+    share: usize,
+    selector: Box<Selector>,
 }
 
-/// A responder device: the burst it serves, and how many probers aimed at it meanwhile.
+/// A responder device: the end of the burst it serves (ns), and how many probers aimed at it
+/// meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
 struct Responder {
-    busy_until: Duration,
+    busy_until: u64,
     aimed: u32,
+}
+
+/// `t` in nanoseconds (saturating: 584 years).
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The rails whose bits are set in `mask`, lowest first.
+fn rails_of(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let rail = (mask != 0).then(|| mask.trailing_zeros() as usize)?;
+        mask &= mask - 1;
+        Some(rail)
+    })
+}
+
+/// The rail whose burst ended first by `now` (ties: the lower rail), among the `running` ones.
+fn first_ended(running: u64, rails: &[Rail], now: u64) -> Option<usize> {
+    rails_of(running)
+        .filter(|&r| rails[r].end <= now)
+        .min_by_key(|&r| rails[r].end)
+}
+
+/// When a node must wake for a burst on `rail` that ends at `end`: at the end of a `busy` answer;
+/// else when the rail's next path may start, but not before the end. Only a completion on the
+/// rail or a new path set changes that (the rail dispatches nothing meanwhile, and its budget gate
+/// moves only at its completions), so it is asked of the scheduler once per burst and at rounds,
+/// not at every wake-up.
+fn wake_for(sched: &Scheduler<SimKey>, rail: usize, end: u64, busy: bool) -> u64 {
+    if busy {
+        return end;
+    }
+    sched
+        .next_due(&(rail as u16))
+        .map_or(end, |(_, due)| nanos(due).max(end))
+}
+
+/// `d` times `k`, exactly.
+fn times(d: Duration, k: u64) -> Duration {
+    let nanos = d.as_nanos() * u128::from(k);
+    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+    Duration::new(secs, (nanos % 1_000_000_000) as u32)
 }
 
 /// Runs the simulation; `progress` is called about once per simulated hour with the virtual
@@ -227,19 +282,22 @@ pub fn run(
     config.validate()?;
     let started = Instant::now();
     let mut sim = Sim::new(config)?;
+    let end = nanos(config.duration);
     let mut next_report = Duration::from_secs(3600);
-    while let Some(Reverse((t, n))) = sim.queue.pop() {
-        if t > config.duration {
+    while let Some(&Reverse((wake, n))) = sim.queue.peek() {
+        if wake > end {
             break;
         }
-        if sim.nodes[n as usize].wake != t {
-            continue;
-        }
+        let t = Duration::from_nanos(wake);
         if t >= next_report {
             progress(t);
             next_report += Duration::from_secs(3600);
         }
-        sim.step(n as usize, t)?;
+        let next = sim.step(n as usize, t)?;
+        // The node's entry is still the first: it moves to the node's next wake-up.
+        if let Some(mut first) = sim.queue.peek_mut() {
+            *first = Reverse((next, n));
+        }
     }
     Ok(sim.finish(started.elapsed()))
 }
@@ -247,9 +305,14 @@ pub fn run(
 struct Sim<'a> {
     config: &'a SimulationConfig,
     layout: Arc<Layout>,
+    /// Every node probes every other (all nodes share the layout, so all alike).
+    full_mesh: bool,
     nodes: Vec<Node>,
+    /// Per node, its rails (`n × rails + rail`): one allocation for the cluster.
+    rails: Vec<Rail>,
     responders: Vec<Responder>,
-    queue: BinaryHeap<Reverse<(Duration, u32)>>,
+    /// Each node's next wake-up (ns), one entry per node: a step moves its node's entry.
+    queue: BinaryHeap<Reverse<(u64, u32)>>,
     gaps: GapTracker,
     /// The buffer of each step's dispatches (one allocation for the whole run).
     dispatches: Vec<Dispatch<SimKey>>,
@@ -348,7 +411,9 @@ impl<'a> Sim<'a> {
         let mut sim = Sim {
             config,
             layout: layout.clone(),
+            full_mesh: false,
             nodes: Vec::with_capacity(config.nodes),
+            rails: vec![Rail::default(); config.nodes * config.rails as usize],
             responders: vec![Responder::default(); config.nodes * config.rails as usize],
             queue: BinaryHeap::with_capacity(config.nodes),
             gaps: GapTracker::new(config, groups, track_all),
@@ -359,28 +424,30 @@ impl<'a> Sim<'a> {
         };
         for name in &names {
             let selector = Selector::with_layout(name, layout.clone(), &devices, &config.selection);
+            sim.full_mesh = selector.is_full_mesh();
             let node = Node {
                 sched: Scheduler::new(seed_from_name(name), schedule.clone())
                     .map_err(|e| SimulateError::Schedule(e.to_string()))?,
-                share: selector.coverage().sampled_per_device,
-                selector,
-                rotation: Rotation::new(),
-                round: 0,
-                running: vec![None; config.rails as usize],
-                wake: Duration::ZERO,
                 budget: SeriesBudget::new(config.series.budget, config.series.ttl),
                 stats: NodeStats::new(config.rails as usize, config.nodes_per_group),
+                rotation: Rotation::new(),
+                running: 0,
+                next_round: selector.round_start(1),
+                round: 0,
+                share: selector.coverage().sampled_per_device,
+                selector: Box::new(selector),
             };
             sim.nodes.push(node);
         }
         for n in 0..config.nodes {
-            sim.start_node(n)?;
+            let wake = sim.start_node(n)?;
+            sim.queue.push(Reverse((wake, n as u32)));
         }
         Ok(sim)
     }
 
-    /// Round 0's paths, all at once.
-    fn start_node(&mut self, n: usize) -> Result<(), SimulateError> {
+    /// Round 0's paths, all at once; returns the node's first wake-up.
+    fn start_node(&mut self, n: usize) -> Result<u64, SimulateError> {
         let config = self.config;
         let node = &mut self.nodes[n];
         let mut selected = sim_keyed(node.selector.fixed_path_indices(0));
@@ -400,15 +467,15 @@ impl<'a> Sim<'a> {
             .map(|st| st.effective_interval)
             .max()
             .unwrap_or_default();
-        self.reschedule(n, Duration::ZERO);
-        Ok(())
+        Ok(self.next_wake(n, Duration::ZERO))
     }
 
-    /// Everything node `n` does at `t`: bursts that ended, a new round, new bursts.
-    fn step(&mut self, n: usize, t: Duration) -> Result<(), SimulateError> {
+    /// Everything node `n` does at `t`: bursts that ended, a new round, new bursts; returns
+    /// its next wake-up.
+    fn step(&mut self, n: usize, t: Duration) -> Result<u64, SimulateError> {
         self.complete(n, t);
-        let round = self.nodes[n].selector.round_at(t);
-        if round > self.nodes[n].round {
+        if t >= self.nodes[n].next_round {
+            let round = self.nodes[n].selector.round_at(t);
             self.new_round(n, round, t)?;
         }
         let mut dispatches = std::mem::take(&mut self.dispatches);
@@ -417,31 +484,38 @@ impl<'a> Sim<'a> {
             self.attempt(n, d.key, t);
         }
         self.dispatches = dispatches;
-        self.reschedule(n, t);
-        Ok(())
+        Ok(self.next_wake(n, t))
     }
 
-    /// Reports every burst of node `n` that ended by `t`, at its end time.
+    /// Node `n`'s rails.
+    fn rails_mut(&mut self, n: usize) -> &mut [Rail] {
+        let rails = usize::from(self.config.rails);
+        &mut self.rails[n * rails..(n + 1) * rails]
+    }
+
+    /// Reports every burst of node `n` that ended by `t`, at its end time, first ended first.
     fn complete(&mut self, n: usize, t: Duration) {
-        let nodes_per_group = self.config.nodes_per_group;
+        let now = nanos(t);
+        let burst = self.config.burst;
+        let rails = usize::from(self.config.rails);
+        let rails = &self.rails[n * rails..(n + 1) * rails];
         let node = &mut self.nodes[n];
-        loop {
-            let next = node
-                .running
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| r.as_ref().map(|r| (r.end, i)))
-                .filter(|(end, _)| *end <= t)
-                .min();
-            let Some((_, device)) = next else { break };
-            let Some(done) = node.running[device].take() else {
-                break;
+        while let Some(rail) = first_ended(node.running, rails, now) {
+            node.running &= !(1 << rail);
+            let done = rails[rail];
+            let key = SimKey {
+                rail: rail as u16,
+                peer: done.peer,
             };
-            node.sched.completed(&done.key, done.outcome, done.end);
-            let sampled = !node.selector.is_full_mesh()
-                && done.key.peer as usize / nodes_per_group != n / nodes_per_group;
-            if done.outcome.kind != OutcomeKind::Busy && sampled {
-                node.rotation.probed(&done.key);
+            let outcome = if done.busy {
+                Outcome::busy(Duration::ZERO)
+            } else {
+                Outcome::success(burst)
+            };
+            node.sched
+                .completed(&key, outcome, Duration::from_nanos(done.end));
+            if !done.busy && done.sampled {
+                node.rotation.probed(&key);
             }
         }
     }
@@ -451,6 +525,7 @@ impl<'a> Sim<'a> {
         let config = self.config;
         let node = &mut self.nodes[n];
         node.round = round;
+        node.next_round = node.selector.round_start(round + 1);
         let wanted = node.selector.sampled_path_indices(round);
         let change = node
             .rotation
@@ -482,8 +557,21 @@ impl<'a> Sim<'a> {
         node.sched
             .update_paths(&removed, upsert, t)
             .map_err(|e| SimulateError::Schedule(e.to_string()))?;
+        self.rewake_running(n);
         self.sample(n, t);
         Ok(())
+    }
+
+    /// The new path set may have changed what a running rail of node `n` does next.
+    fn rewake_running(&mut self, n: usize) {
+        let running = self.nodes[n].running;
+        let rails = usize::from(self.config.rails);
+        let sched = &self.nodes[n].sched;
+        let node_rails = &mut self.rails[n * rails..(n + 1) * rails];
+        for rail in rails_of(running) {
+            let r = &mut node_rails[rail];
+            r.wake = wake_for(sched, rail, r.end, r.busy);
+        }
     }
 
     /// Starts a burst of node `n` on `key`, or gets `busy` from the responder.
@@ -491,25 +579,26 @@ impl<'a> Sim<'a> {
         let config = self.config;
         let rail = key.rail;
         let peer = key.peer as usize;
+        let now = nanos(t);
         let responder = &mut self.responders[peer * config.rails as usize + rail as usize];
         self.attempts += 1;
-        let (outcome, hold) = if responder.busy_until > t {
+        let busy = responder.busy_until > now;
+        let hold = if busy {
             responder.aimed += 1;
             self.busy += 1;
-            (Outcome::busy(Duration::ZERO), BUSY_ANSWER)
+            BUSY_ANSWER
         } else {
-            responder.busy_until = t + config.burst;
+            responder.busy_until = nanos(t + config.burst);
             responder.aimed = 1;
-            (Outcome::success(config.burst), config.burst)
+            config.burst
         };
         self.peak_aimed = self.peak_aimed.max(responder.aimed);
-        let node = &mut self.nodes[n];
         let same_group = peer / config.nodes_per_group == n / config.nodes_per_group;
-        let preferred = same_group || node.selector.is_full_mesh();
+        let preferred = same_group || self.full_mesh;
+        let node = &mut self.nodes[n];
         let mut probes = 0;
-        if outcome.kind != OutcomeKind::Busy {
+        if !busy {
             probes = node.stats.record_probe(rail, peer, same_group, t);
-            node.stats.burst_time[rail as usize] += config.burst;
             self.gaps.record(n, peer, rail, t);
         }
         let m = &config.series;
@@ -521,45 +610,42 @@ impl<'a> Sim<'a> {
         };
         node.budget
             .record(key.id(config.nodes), t, preferred, series);
-        Self::expire(node, n, t, config);
-        node.running[rail as usize] = Some(Running {
-            end: t + hold,
-            key,
-            outcome,
-        });
+        Self::expire(node, n, t, config, self.full_mesh);
+        let end = nanos(t + hold);
+        let wake = wake_for(&node.sched, rail.into(), end, busy);
+        node.running |= 1 << rail;
+        let r = &mut self.rails_mut(n)[usize::from(rail)];
+        r.end = end;
+        r.wake = wake;
+        r.bursts += u64::from(!busy);
+        r.peer = key.peer;
+        r.busy = busy;
+        r.sampled = !preferred;
     }
 
-    /// Queues node `n`'s next wake-up: its next due path, the end of a `busy` answer (whose retry
-    /// comes soon after), the end of a burst on a device whose next path is due before it ends,
-    /// or the next round.
-    fn reschedule(&mut self, n: usize, t: Duration) {
-        let node = &mut self.nodes[n];
-        let mut wake = node.selector.round_start(node.round + 1);
+    /// Node `n`'s next wake-up (ns) after `t`: its next due path, a running rail's wake-up
+    /// ([`Rail::wake`]), or the next round.
+    fn next_wake(&self, n: usize, t: Duration) -> u64 {
+        let node = &self.nodes[n];
+        let rails = usize::from(self.config.rails);
+        let node_rails = &self.rails[n * rails..(n + 1) * rails];
+        let mut wake = node.next_round;
         if let Some(w) = node.sched.wait_until() {
             wake = wake.min(w);
         }
-        for (rail, running) in node.running.iter().enumerate() {
-            let Some(r) = running else { continue };
-            let at = if r.outcome.kind == OutcomeKind::Busy {
-                r.end
-            } else {
-                match node.sched.next_due(&(rail as u16)) {
-                    Some((_, due)) => due.max(r.end),
-                    None => r.end,
-                }
-            };
-            wake = wake.min(at);
+        let mut wake = nanos(wake);
+        for rail in rails_of(node.running) {
+            let r = &node_rails[rail];
+            debug_assert_eq!(r.wake, wake_for(&node.sched, rail, r.end, r.busy));
+            wake = wake.min(r.wake);
         }
-        let wake = wake.max(t + Duration::from_nanos(1));
-        node.wake = wake;
-        self.queue.push(Reverse((wake, n as u32)));
+        wake.max(nanos(t) + 1)
     }
 
     /// Takes off node `n`'s `/metrics` the paths out of its selection not probed for the TTL.
-    fn expire(node: &mut Node, n: usize, t: Duration, config: &SimulationConfig) {
+    fn expire(node: &mut Node, n: usize, t: Duration, config: &SimulationConfig, full_mesh: bool) {
         let rotation = &node.rotation;
         let nodes_per_group = config.nodes_per_group;
-        let full_mesh = node.selector.is_full_mesh();
         node.budget.expire(t, |id| {
             let (peer, rail) = stats::path_of(*id, config.nodes);
             full_mesh
@@ -575,7 +661,7 @@ impl<'a> Sim<'a> {
     fn sample(&mut self, n: usize, t: Duration) {
         let config = self.config;
         let node = &mut self.nodes[n];
-        Self::expire(node, n, t, config);
+        Self::expire(node, n, t, config, self.full_mesh);
         let peers = node.budget.peers(|id| stats::path_of(*id, config.nodes).0);
         let series = node.budget.series()
             + peers
@@ -594,13 +680,19 @@ impl<'a> Sim<'a> {
         for n in 0..self.nodes.len() {
             self.sample(n, end);
         }
+        let rails = usize::from(self.config.rails);
         let nodes: Vec<NodeFigures> = self
             .nodes
             .iter()
+            .zip(self.rails.chunks(rails))
             .enumerate()
-            .map(|(n, node)| {
+            .map(|(n, (node, node_rails))| {
+                let burst_time: Vec<Duration> = node_rails
+                    .iter()
+                    .map(|r| times(self.config.burst, r.bursts))
+                    .collect();
                 node.stats
-                    .figures(n, end, self.config, node.budget.dropped())
+                    .figures(n, end, self.config, &burst_time, node.budget.dropped())
             })
             .collect();
         let coverage = self.nodes[0].selector.coverage();

@@ -380,9 +380,10 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 }
 
-/// The devices of a node, in name order. A node has a handful of local devices, so a sorted
-/// `Vec` searched by bisection finds one in a cache line or two, where a B-tree map walks its
-/// nodes; a simulated cluster looks devices up several times per burst.
+/// The devices of a node, in name order, at the same places as in [`Scheduler::ready`]: a device
+/// is found by bisecting that compact summary (a cache line or two for a handful of devices),
+/// then taken by its place, so the search never strides over the large device states; a
+/// simulated cluster looks devices up several times per burst.
 #[derive(Debug, Clone)]
 struct Devices<D, V>(Vec<(D, V)>);
 
@@ -473,7 +474,7 @@ pub struct Scheduler<K: ScheduleKey = PathKey> {
     /// Per device, in name order: the earliest time it may start a burst (its next path's due
     /// time or its gate, whichever is later; [`NEVER`] while a burst runs or without paths).
     /// A compact copy of what each device says, so that a poll touches only the devices that
-    /// can start now.
+    /// can start now. Always the same devices in the same order as `devices`.
     ready: Vec<(K::Device, Duration)>,
 }
 

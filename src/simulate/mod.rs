@@ -205,8 +205,8 @@ struct Rail {
     sampled: bool,
 }
 
-/// One simulated node: what every burst touches first, the selection (used at rounds only)
-/// boxed out of the way.
+/// One simulated node. Its selection, used at rounds only, is boxed out of the way of what every
+/// burst touches.
 struct Node {
     sched: Scheduler<SimKey>,
     budget: SeriesBudget<u64>,
@@ -236,8 +236,14 @@ fn nanos(t: Duration) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Where node `n`'s rails are in [`Sim::rails`].
+fn span(n: usize, rails: u16) -> std::ops::Range<usize> {
+    let rails = usize::from(rails);
+    n * rails..(n + 1) * rails
+}
+
 /// The rails whose bits are set in `mask`, lowest first.
-fn rails_of(mut mask: u64) -> impl Iterator<Item = usize> {
+fn running_rails(mut mask: u64) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
         let rail = (mask != 0).then(|| mask.trailing_zeros() as usize)?;
         mask &= mask - 1;
@@ -247,7 +253,7 @@ fn rails_of(mut mask: u64) -> impl Iterator<Item = usize> {
 
 /// The rail whose burst ended first by `now` (ties: the lower rail), among the `running` ones.
 fn first_ended(running: u64, rails: &[Rail], now: u64) -> Option<usize> {
-    rails_of(running)
+    running_rails(running)
         .filter(|&r| rails[r].end <= now)
         .min_by_key(|&r| rails[r].end)
 }
@@ -424,7 +430,6 @@ impl<'a> Sim<'a> {
         };
         for name in &names {
             let selector = Selector::with_layout(name, layout.clone(), &devices, &config.selection);
-            sim.full_mesh = selector.is_full_mesh();
             let node = Node {
                 sched: Scheduler::new(seed_from_name(name), schedule.clone())
                     .map_err(|e| SimulateError::Schedule(e.to_string()))?,
@@ -439,6 +444,8 @@ impl<'a> Sim<'a> {
             };
             sim.nodes.push(node);
         }
+        // One layout for all: every node alike.
+        sim.full_mesh = sim.nodes[0].selector.is_full_mesh();
         for n in 0..config.nodes {
             let wake = sim.start_node(n)?;
             sim.queue.push(Reverse((wake, n as u32)));
@@ -487,18 +494,11 @@ impl<'a> Sim<'a> {
         Ok(self.next_wake(n, t))
     }
 
-    /// Node `n`'s rails.
-    fn rails_mut(&mut self, n: usize) -> &mut [Rail] {
-        let rails = usize::from(self.config.rails);
-        &mut self.rails[n * rails..(n + 1) * rails]
-    }
-
     /// Reports every burst of node `n` that ended by `t`, at its end time, first ended first.
     fn complete(&mut self, n: usize, t: Duration) {
         let now = nanos(t);
         let burst = self.config.burst;
-        let rails = usize::from(self.config.rails);
-        let rails = &self.rails[n * rails..(n + 1) * rails];
+        let rails = &self.rails[span(n, self.config.rails)];
         let node = &mut self.nodes[n];
         while let Some(rail) = first_ended(node.running, rails, now) {
             node.running &= !(1 << rail);
@@ -564,13 +564,11 @@ impl<'a> Sim<'a> {
 
     /// The new path set may have changed what a running rail of node `n` does next.
     fn rewake_running(&mut self, n: usize) {
-        let running = self.nodes[n].running;
-        let rails = usize::from(self.config.rails);
-        let sched = &self.nodes[n].sched;
-        let node_rails = &mut self.rails[n * rails..(n + 1) * rails];
-        for rail in rails_of(running) {
-            let r = &mut node_rails[rail];
-            r.wake = wake_for(sched, rail, r.end, r.busy);
+        let node = &self.nodes[n];
+        let rails = &mut self.rails[span(n, self.config.rails)];
+        for rail in running_rails(node.running) {
+            let r = &mut rails[rail];
+            r.wake = wake_for(&node.sched, rail, r.end, r.busy);
         }
     }
 
@@ -614,7 +612,7 @@ impl<'a> Sim<'a> {
         let end = nanos(t + hold);
         let wake = wake_for(&node.sched, rail.into(), end, busy);
         node.running |= 1 << rail;
-        let r = &mut self.rails_mut(n)[usize::from(rail)];
+        let r = &mut self.rails[span(n, config.rails)][usize::from(rail)];
         r.end = end;
         r.wake = wake;
         r.bursts += u64::from(!busy);
@@ -627,15 +625,14 @@ impl<'a> Sim<'a> {
     /// ([`Rail::wake`]), or the next round.
     fn next_wake(&self, n: usize, t: Duration) -> u64 {
         let node = &self.nodes[n];
-        let rails = usize::from(self.config.rails);
-        let node_rails = &self.rails[n * rails..(n + 1) * rails];
+        let rails = &self.rails[span(n, self.config.rails)];
         let mut wake = node.next_round;
         if let Some(w) = node.sched.wait_until() {
             wake = wake.min(w);
         }
         let mut wake = nanos(wake);
-        for rail in rails_of(node.running) {
-            let r = &node_rails[rail];
+        for rail in running_rails(node.running) {
+            let r = &rails[rail];
             debug_assert_eq!(r.wake, wake_for(&node.sched, rail, r.end, r.busy));
             wake = wake.min(r.wake);
         }
@@ -680,14 +677,12 @@ impl<'a> Sim<'a> {
         for n in 0..self.nodes.len() {
             self.sample(n, end);
         }
-        let rails = usize::from(self.config.rails);
         let nodes: Vec<NodeFigures> = self
             .nodes
             .iter()
-            .zip(self.rails.chunks(rails))
             .enumerate()
-            .map(|(n, (node, node_rails))| {
-                let burst_time: Vec<Duration> = node_rails
+            .map(|(n, node)| {
+                let burst_time: Vec<Duration> = self.rails[span(n, self.config.rails)]
                     .iter()
                     .map(|r| times(self.config.burst, r.bursts))
                     .collect();

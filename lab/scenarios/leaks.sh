@@ -18,9 +18,24 @@ resources() {
     for (i = 3; i < NF; i += 2) if ($i ~ /^(pd|cq|qp|mr|ctx)$/) out = out $i "=" $(i + 1) " "
     print out }' | sed 's/ $//'
 }
-# process PID: "fds=N threads=N rss_kib=N".
+# process PID [THREADS]: "fds=N threads=N rss_kib=N", threads as counted now or given.
 process() {
-  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=$(awk '/^Threads:/ {print $2}' "/proc/$1/status") rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=${2:-$(threads "$1")} rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+}
+threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
+# settled_threads PID BASELINE: the fewest threads PID has over up to 30 s, sampled every half
+# second, stopping once they are at BASELINE or fewer. The runtime's blocking pool (bursts, file
+# reads, name lookups) grows with how many of those overlap and lets an idle thread go after
+# 10 s, so one sample can hold a thread more than another; a leaked thread never goes.
+settled_threads() {
+  local fewest now t0=$SECONDS
+  fewest=$(threads "$1")
+  while [ "$fewest" -gt "$2" ] && [ $((SECONDS - t0)) -lt 30 ]; do
+    sleep 0.5
+    now=$(threads "$1")
+    [ "$now" -lt "$fewest" ] && fewest=$now
+  done
+  echo "$fewest"
 }
 
 case $LAB_NODE in
@@ -68,7 +83,8 @@ EOF
 
     lab_wait_metric "$url" "$(series success)" 20 120 || fail "no warm session"
     sleep 1
-    lab_result baseline "$(resources) $(process $pid)"
+    baseline_threads=$(threads $pid)
+    lab_result baseline "$(resources) $(process $pid "$baseline_threads")"
     lab_signal warm
     t0=$SECONDS
     lab_wait_metric "$url" "$(series success)" "$SUCCESSES" 900 || fail "not $SUCCESSES successes"
@@ -101,7 +117,8 @@ EOF
     lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after link up"
     lab_result link_up_recovery_seconds $((SECONDS - t0))
     sleep 1
-    lab_result end "$(resources) $(process $pid)"
+    end_threads=$(settled_threads $pid "$baseline_threads")
+    lab_result end "$(resources) $(process $pid "$end_threads")"
     curl -sS --max-time 5 "$url" >metrics.txt
     lab_result totals "success=$(count success) failure=$(count failure)"
     lab_signal done

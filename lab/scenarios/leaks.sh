@@ -4,7 +4,9 @@
 # and the session is rebuilt for the next), then recovers; then
 # node1's link goes down (probes fail with port_down, never hang) and comes back. Before and
 # after, the exporter's RDMA resources (rdma resource show: pd, cq, qp, mr, ctx), file
-# descriptors, threads and RSS are recorded on node1, and the responder's resources on node2.
+# descriptors, threads (counted idle, with no peers: at the start and after a reload at the end;
+# the device's burst thread counted apart) and RSS are recorded on node1, and the responder's
+# resources on node2.
 bin=rdma-probe-exporter
 echo "lab-leaks-psk-0123456789abcdef" >/tmp/psk
 chmod 600 /tmp/psk
@@ -18,21 +20,29 @@ resources() {
     for (i = 3; i < NF; i += 2) if ($i ~ /^(pd|cq|qp|mr|ctx)$/) out = out $i "=" $(i + 1) " "
     print out }' | sed 's/ $//'
 }
-# process PID [THREADS]: "fds=N threads=N rss_kib=N", threads as counted now or given.
+# process PID THREADS: "fds=N threads=THREADS rss_kib=N".
 process() {
-  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=${2:-$(threads "$1")} rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=$2 rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
 }
 threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
-# settled_threads PID BASELINE: the fewest threads PID has over up to 30 s, sampled every half
-# second, stopping once they are at BASELINE or fewer. The runtime's blocking pool (bursts, file
-# reads, name lookups) grows with how many of those overlap and lets an idle thread go after
-# 10 s, so one sample can hold a thread more than another; a leaked thread never goes.
-settled_threads() {
+# burst_threads PID: its devices' burst threads (one a device once it has probed, kept while the
+# device is configured).
+burst_threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cx rdma-burst; }
+# idle_threads PID SECONDS [STOP_AT]: the fewest threads PID has besides its burst threads over
+# SECONDS, sampled every half second (stopping early once at STOP_AT or fewer), while it has
+# nothing to probe. Threads are
+# counted idle because the runtime's blocking pool (bursts, counter reads, port reports) keeps
+# a thread for every job that ever overlapped another for as long as jobs keep coming (its idle
+# threads take turns), and lets one go only after 10 s without a job: a busy exporter's count
+# is its history's peak overlap, not a leak. Idle, only the port report every 30 s starts a
+# job, so the fewest over a window that holds 10 s without one is the runtime's own threads
+# and whatever leaked.
+idle_threads() {
   local fewest now t0=$SECONDS
-  fewest=$(threads "$1")
-  while [ "$fewest" -gt "$2" ] && [ $((SECONDS - t0)) -lt 30 ]; do
+  fewest=$(($(threads "$1") - $(burst_threads "$1")))
+  while [ $((SECONDS - t0)) -lt "$2" ] && { [ -z "${3:-}" ] || [ "$fewest" -gt "$3" ]; }; do
     sleep 0.5
-    now=$(threads "$1")
+    now=$(($(threads "$1") - $(burst_threads "$1")))
     [ "$now" -lt "$fewest" ] && fewest=$now
   done
   echo "$fewest"
@@ -54,7 +64,16 @@ case $LAB_NODE in
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1
-    cat >/tmp/leaks.yaml <<EOF
+    # The exporter starts with no peers (its idle thread count), probes node2 after a reload,
+    # and has no peers again at the end.
+    cat >/tmp/leaks-idle.yaml <<EOF
+node: node1
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1}
+peers: []
+EOF
+    cat >/tmp/leaks-probing.yaml <<EOF
 node: node1
 auth: {psk_file: /tmp/psk}
 devices:
@@ -74,8 +93,14 @@ defaults:
 peers:
   - {name: node2, address: $(lab_addr node2):18516}
 EOF
+    cp /tmp/leaks-idle.yaml /tmp/leaks.yaml
     $bin run --config /tmp/leaks.yaml >exporter.log 2>&1 &
     pid=$!
+    lab_wait_listening 9587 || { cat exporter.log; exit 1; }
+    # The first port report runs at the start: its thread goes 10 s after it.
+    idle_before=$(idle_threads $pid 20)
+    cp /tmp/leaks-probing.yaml /tmp/leaks.yaml
+    kill -HUP $pid
     series() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"node2\",peer_device=\"rxe0\",result=\"$1\"}"; }
     count() { curl -sS --max-time 5 "$url" | awk -v s="$(series "$1")" 'index($0, s " ") == 1 {print $2}'; }
     errors() { curl -sS --max-time 5 "$url" | awk -v r="reason=\"$1\"" 'index($0, "rdma_probe_errors_total{") == 1 && index($0, r) {s += $2} END {print s + 0}'; }
@@ -83,8 +108,8 @@ EOF
 
     lab_wait_metric "$url" "$(series success)" 20 120 || fail "no warm session"
     sleep 1
-    baseline_threads=$(threads $pid)
-    lab_result baseline "$(resources) $(process $pid "$baseline_threads")"
+    lab_result baseline "$(resources) $(process $pid "$idle_before")"
+    lab_result threads_probing_at_baseline "$(threads $pid)"
     lab_signal warm
     t0=$SECONDS
     lab_wait_metric "$url" "$(series success)" "$SUCCESSES" 900 || fail "not $SUCCESSES successes"
@@ -96,7 +121,7 @@ EOF
     lab_wait_metric "$url" "$(series failure)" $((before + FAILURES)) 1800 || fail "not $FAILURES failures"
     lab_result failures_seconds $((SECONDS - t0))
     lab_result failure_reasons "wc_retry_exceeded=$(errors wc_retry_exceeded) timeout=$(errors timeout) other=$(curl -sS "$url" | awk 'index($0, "rdma_probe_errors_total{") == 1 {s += $2} END {print s + 0}')"
-    lab_result during_failures "$(resources) $(process $pid)"
+    lab_result during_failures "$(resources) $(process $pid "$(threads $pid)")"
     lab_clear_faults
     ok=$(count success)
     lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after the drop"
@@ -117,10 +142,16 @@ EOF
     lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after link up"
     lab_result link_up_recovery_seconds $((SECONDS - t0))
     sleep 1
-    end_threads=$(settled_threads $pid "$baseline_threads")
-    lab_result end "$(resources) $(process $pid "$end_threads")"
+    # Counted now, with its threads counted idle below.
+    end_resources="$(resources) $(process $pid @)"
+    lab_result threads_probing_at_end "$(threads $pid)"
     curl -sS --max-time 5 "$url" >metrics.txt
     lab_result totals "success=$(count success) failure=$(count failure)"
+    cp /tmp/leaks-idle.yaml /tmp/leaks.yaml
+    kill -HUP $pid
+    # The bursts' threads go 10 s after the last burst; a port report may keep one 10 s more.
+    idle_after=$(idle_threads $pid 45 "$idle_before")
+    lab_result end "${end_resources/threads=@/threads=$idle_after} burst_threads=$(burst_threads $pid)"
     lab_signal done
     kill -TERM $pid
     wait $pid

@@ -30,13 +30,12 @@ threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
 burst_threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cx rdma-burst; }
 # idle_threads PID SECONDS [STOP_AT]: the fewest threads PID has besides its burst threads over
 # SECONDS, sampled every half second (stopping early once at STOP_AT or fewer), while it has
-# nothing to probe. Threads are
-# counted idle because the runtime's blocking pool (bursts, counter reads, port reports) keeps
-# a thread for every job that ever overlapped another for as long as jobs keep coming (its idle
-# threads take turns), and lets one go only after 10 s without a job: a busy exporter's count
-# is its history's peak overlap, not a leak. Idle, only the port report every 30 s starts a
-# job, so the fewest over a window that holds 10 s without one is the runtime's own threads
-# and whatever leaked.
+# nothing to probe. Threads are counted idle because the runtime's blocking pool (bursts,
+# counter reads, port reports) keeps a thread for every job that ever overlapped another for as
+# long as jobs keep coming (its idle threads take turns), and lets one go only after 10 s
+# without a job: a busy exporter's count is its history's peak overlap, not a leak. Idle, only
+# the port report every 30 s starts a job, so the fewest over a window that holds 10 s without
+# one is the runtime's own threads and whatever leaked.
 idle_threads() {
   local fewest now t0=$SECONDS
   fewest=$(($(threads "$1") - $(burst_threads "$1")))
@@ -66,18 +65,13 @@ case $LAB_NODE in
     lab_wait_signal node2 responder-up || exit 1
     # The exporter starts with no peers (its idle thread count), probes node2 after a reload,
     # and has no peers again at the end.
-    cat >/tmp/leaks-idle.yaml <<EOF
-node: node1
+    node_config="node: node1
 auth: {psk_file: /tmp/psk}
 devices:
-  - {name: rxe0, port: 1}
-peers: []
-EOF
+  - {name: rxe0, port: 1}"
+    printf '%s\npeers: []\n' "$node_config" >/tmp/leaks-idle.yaml
     cat >/tmp/leaks-probing.yaml <<EOF
-node: node1
-auth: {psk_file: /tmp/psk}
-devices:
-  - {name: rxe0, port: 1}
+$node_config
 schedule: {duty_cycle: 100%}
 defaults:
   interval: 150ms

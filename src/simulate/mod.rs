@@ -217,7 +217,6 @@ struct Node {
     running: u64,
     /// When the next round starts.
     next_round: Duration,
-    round: u64,
     /// Other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
     share: usize,
     selector: Box<Selector>,
@@ -438,7 +437,6 @@ impl<'a> Sim<'a> {
                 rotation: Rotation::new(),
                 running: 0,
                 next_round: selector.round_start(1),
-                round: 0,
                 share: selector.coverage().sampled_per_device,
                 selector: Box::new(selector),
             };
@@ -524,7 +522,6 @@ impl<'a> Sim<'a> {
     fn new_round(&mut self, n: usize, round: u64, t: Duration) -> Result<(), SimulateError> {
         let config = self.config;
         let node = &mut self.nodes[n];
-        node.round = round;
         node.next_round = node.selector.round_start(round + 1);
         let wanted = node.selector.sampled_path_indices(round);
         let change = node

@@ -872,6 +872,11 @@ pub struct SimulateArgs {
     /// Track every path's gaps (default: when the cluster has at most 20 million paths).
     #[arg(long, value_name = "BOOL")]
     pub track_paths: Option<bool>,
+
+    /// Threads to run on (default: one per core). The rails of the cluster run side by side
+    /// between rounds; the figures are the same whatever the count.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<std::num::NonZeroUsize>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -995,6 +1000,7 @@ impl SimulateArgs {
                 budget: self.series_budget,
             },
             track_all_paths: self.track_paths,
+            threads: self.threads,
         })
     }
 }

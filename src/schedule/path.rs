@@ -52,12 +52,19 @@ pub trait ScheduleKey: Clone + Ord + fmt::Debug + fmt::Display {
     /// The local device: one burst at a time per device, and one budget each.
     type Device: Clone + Ord + fmt::Debug;
     fn device(&self) -> &Self::Device;
+    /// A number for `device`, stable across restarts, that sets it apart from the node's other
+    /// devices: each device draws its phases and jitter from its own generator, seeded by the
+    /// node's seed and this, so that what one device does never shifts another's schedule.
+    fn device_seed(device: &Self::Device) -> u64;
 }
 
 impl ScheduleKey for PathKey {
     type Device = String;
     fn device(&self) -> &String {
         &self.device
+    }
+    fn device_seed(device: &String) -> u64 {
+        super::rng::seed_from_name(device)
     }
 }
 

@@ -25,6 +25,12 @@ impl SplitMix64 {
     }
 }
 
+/// The generator of one device of a node: its own sequence, so that the draws of one device
+/// (one per burst) never shift those of another.
+pub(crate) fn device_rng(node_seed: u64, device_seed: u64) -> SplitMix64 {
+    SplitMix64::new(mix(node_seed ^ device_seed.rotate_left(17)))
+}
+
 /// The SplitMix64 finalizer: a bijection on `u64` that spreads every input bit over the output.
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

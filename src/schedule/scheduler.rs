@@ -8,7 +8,7 @@ use super::path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey,
 };
-use super::rng::SplitMix64;
+use super::rng::{device_rng, SplitMix64};
 
 /// Default share of a device's wall time that bursts may take.
 pub const DEFAULT_DUTY_CYCLE: f64 = 0.05;
@@ -211,6 +211,8 @@ struct DeviceState<K> {
     running: Option<RunningBurst<K>>,
     /// When the device last became idle (start, or the last completion).
     idle_since: Duration,
+    /// Its phases and jitter: each device draws from its own generator.
+    rng: SplitMix64,
     gate: Gate,
     window: BurstWindow,
     bursts: u64,
@@ -220,7 +222,7 @@ struct DeviceState<K> {
 }
 
 impl<K: ScheduleKey> DeviceState<K> {
-    fn new(now: Duration, config: &ScheduleConfig) -> Self {
+    fn new(now: Duration, config: &ScheduleConfig, rng: SplitMix64) -> Self {
         DeviceState {
             slots: Vec::new(),
             free: Vec::new(),
@@ -229,6 +231,7 @@ impl<K: ScheduleKey> DeviceState<K> {
             demand: 0.0,
             running: None,
             idle_since: now,
+            rng,
             gate: Gate::new(now, config.credit_window),
             window: BurstWindow::new(config.measure_window),
             bursts: 0,
@@ -469,7 +472,8 @@ impl<D: Ord, V> Devices<D, V> {
 #[derive(Debug, Clone)]
 pub struct Scheduler<K: ScheduleKey = PathKey> {
     config: ScheduleConfig,
-    rng: SplitMix64,
+    /// Seeds each device's generator, with the device's own seed.
+    node_seed: u64,
     devices: Devices<K::Device, DeviceState<K>>,
     /// Per device, in name order: the earliest time it may start a burst (its next path's due
     /// time or its gate, whichever is later; [`NEVER`] while a burst runs or without paths).
@@ -483,12 +487,14 @@ const NEVER: Duration = Duration::MAX;
 
 impl<K: ScheduleKey> Scheduler<K> {
     /// A scheduler with no paths. `node_seed` (see [`seed_from_name`](super::seed_from_name))
-    /// drives phases and jitter, so each node spreads its bursts differently and reproducibly.
+    /// drives phases and jitter, so each node spreads its bursts differently and reproducibly;
+    /// each device draws from its own generator (the node seed and
+    /// [`ScheduleKey::device_seed`]), so the devices of a node are scheduled independently.
     pub fn new(node_seed: u64, config: ScheduleConfig) -> Result<Self, ScheduleError<K>> {
         config.validate()?;
         Ok(Scheduler {
             config,
-            rng: SplitMix64::new(node_seed),
+            node_seed,
             devices: Devices::default(),
             ready: Vec::new(),
         })
@@ -569,9 +575,10 @@ impl<K: ScheduleKey> Scheduler<K> {
         }
         for (name, plans) in by_device {
             let config = &self.config;
-            let dev = self
-                .devices
-                .get_or_insert_with(name.clone(), || DeviceState::new(now, config));
+            let node_seed = self.node_seed;
+            let dev = self.devices.get_or_insert_with(name.clone(), || {
+                DeviceState::new(now, config, device_rng(node_seed, K::device_seed(&name)))
+            });
             touched.remove(&name);
             // (slot, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
@@ -599,10 +606,13 @@ impl<K: ScheduleKey> Scheduler<K> {
             dev.sum_demand();
             let factor = stretch(dev.demand(), self.config.duty_cycle);
             for (slot, pulled_in) in to_phase {
+                let Some(interval) = dev.path(slot).map(|p| p.effective_interval(factor)) else {
+                    continue;
+                };
+                let phase = interval.mul_f64(dev.rng.unit());
                 let Some(p) = dev.path_mut(slot) else {
                     continue;
                 };
-                let phase = p.effective_interval(factor).mul_f64(self.rng.unit());
                 let due = now.saturating_add(phase);
                 p.next_due = if pulled_in { p.next_due.min(due) } else { due };
             }
@@ -785,6 +795,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             slots,
             demand,
             deferred_busy,
+            rng,
             ..
         } = dev;
         let p = slots.get_mut(slot as usize)?.as_mut()?;
@@ -795,7 +806,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             *demand += change / p.plan.interval.as_secs_f64();
         }
         let factor = stretch(*demand, config.duty_cycle);
-        let jitter = 1.0 + p.plan.jitter * (2.0 * self.rng.unit() - 1.0);
+        let jitter = 1.0 + p.plan.jitter * (2.0 * rng.unit() - 1.0);
         let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
         match outcome.kind {
             OutcomeKind::Success | OutcomeKind::Failure => {

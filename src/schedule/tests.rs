@@ -705,3 +705,105 @@ fn set_config_keeps_state() {
     assert!(sc.set_config(ScheduleConfig::with_duty_cycle(2.0)).is_err());
     assert_eq!(sc.config().duty_cycle, 0.2);
 }
+
+/// Runs `sc` for 20 minutes: each dispatch ends after 300 ms, one in five with `busy` (by key
+/// and count, so the same whatever else the scheduler holds); at 5 minutes `change` is applied
+/// (removed keys, added plans). Returns each dispatch: (start, key, attempt).
+fn run_with_change(
+    mut sc: Scheduler,
+    change: (Vec<PathKey>, Vec<PathPlan>),
+) -> Vec<(Duration, PathKey, Attempt)> {
+    let mut started: Vec<(Duration, PathKey, Attempt)> = Vec::new();
+    let mut running: Vec<(Duration, PathKey, Outcome)> = Vec::new();
+    let mut change = Some(change);
+    let mut t = s(0);
+    while t < s(1200) {
+        running.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        while running.first().is_some_and(|(end, ..)| *end <= t) {
+            let (end, key, outcome) = running.remove(0);
+            sc.completed(&key, outcome, end);
+        }
+        if t >= s(300) {
+            if let Some((remove, upsert)) = change.take() {
+                sc.update_paths(&remove, upsert, s(300)).unwrap();
+            }
+        }
+        for d in sc.poll(t) {
+            let count = started.iter().filter(|(_, k, _)| *k == d.key).count();
+            let busy =
+                (seed_from_name(&d.key.to_string()).wrapping_add(count as u64)).is_multiple_of(5);
+            let outcome = if busy {
+                Outcome::busy(Duration::ZERO)
+            } else {
+                Outcome::success(ms(300))
+            };
+            running.push((t + ms(300), d.key.clone(), outcome));
+            started.push((t, d.key, d.attempt));
+        }
+        // The next thing to happen: a due path, or the end of a burst (after a poll, nothing
+        // is due at `t` any more).
+        let mut next = sc.wait_until().unwrap_or(s(1200));
+        if let Some((end, ..)) = running.iter().min_by_key(|(end, ..)| *end) {
+            next = next.min(*end);
+        }
+        let next = next.max(t + Duration::from_nanos(1));
+        t = if change.is_some() {
+            next.min(s(300))
+        } else {
+            next
+        };
+    }
+    started
+}
+
+#[test]
+fn devices_are_scheduled_independently() {
+    // What one device does (its phases, jitter, busy retries, path changes) never shifts what
+    // another does: a node's scheduler is the same as one scheduler per device, each with the
+    // node's seed. The cluster simulation relies on it to run the rails apart.
+    let devices = ["mlx5_0", "mlx5_1", "mlx5_2"];
+    let plans = |only: Option<&str>| -> Vec<PathPlan> {
+        let mut out = Vec::new();
+        for (d, device) in devices.iter().enumerate() {
+            for p in 0..(4 + d) {
+                out.push(
+                    plan(device, &format!("peer{p}"), s(20 + 10 * d as u64))
+                        .with_jitter(0.2)
+                        .with_expected_burst(ms(300)),
+                );
+            }
+        }
+        out.retain(|p| only.is_none_or(|d| p.key.device == d));
+        out
+    };
+    let change = |only: Option<&str>| -> (Vec<PathKey>, Vec<PathPlan>) {
+        let mut remove: Vec<PathKey> = devices.iter().map(|d| key(d, "peer1")).collect();
+        let mut add: Vec<PathPlan> = devices
+            .iter()
+            .map(|d| plan(d, "new", s(15)).with_jitter(0.1))
+            .collect();
+        remove.retain(|k| only.is_none_or(|d| k.device == d));
+        add.retain(|p| only.is_none_or(|d| p.key.device == d));
+        (remove, add)
+    };
+    let start = |only: Option<&str>| {
+        let mut sc = sched(7);
+        sc.set_paths(plans(only), s(0)).unwrap();
+        sc
+    };
+    let together = run_with_change(start(None), change(None));
+    for device in devices {
+        let alone = run_with_change(start(Some(device)), change(Some(device)));
+        let of_device: Vec<_> = together
+            .iter()
+            .filter(|(_, k, _)| k.device == device)
+            .cloned()
+            .collect();
+        assert!(alone.len() > 40, "{device}: {} dispatches", alone.len());
+        assert!(
+            alone.iter().any(|(_, _, a)| *a != Attempt::Regular),
+            "{device}: no retry"
+        );
+        assert_eq!(of_device, alone, "{device}");
+    }
+}

@@ -1,11 +1,12 @@
 //! `simulate`: the real scheduler and selection of every node of a synthetic cluster, run in
 //! virtual time (docs/scale.md, "Simulation").
 //!
-//! Each node has its own [`Scheduler`] (seeded by its name, as on a real node), [`Selector`] and
-//! [`Rotation`]; all share one [`Layout`] of the cluster. One event queue holds each node's next
-//! wake-up (its next due path, the end of a burst that frees a device for a busy retry, or the
-//! next round), so the cost is per burst, not per node and tick. What is modelled and what is
-//! not:
+//! Each node has its own [`Selector`] and, per device, the scheduler state and [`Rotation`] of
+//! a real node (seeded by its name and the device's); all share one [`Layout`] of the cluster.
+//! Each rail of the cluster has its own event queue of its devices' next wake-ups (a due path,
+//! the end of a burst or of a `busy` answer), so the cost is per burst, not per node and tick,
+//! and the rails run side by side on every core between two rounds (module `rail` says why
+//! that is the same as one queue for all). What is modelled and what is not:
 //! - a burst takes exactly `burst` of device time and succeeds; setup and control round trips
 //!   take no time, except a `busy` answer, which takes [`BUSY_ANSWER`];
 //! - a **responder serves one burst per device at a time**: a prober that arrives while the
@@ -19,24 +20,25 @@
 //!   the selection and has not been probed for `series_ttl`, or when the series budget needs
 //!   the room ([`SeriesBudget`]).
 
+mod accounts;
+mod rail;
 mod report;
 mod stats;
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{
-    fit_plans, seed_from_name, Dispatch, Layout, LocalDevice, Outcome, PathIndex, PathPlan, Role,
-    Rotation, ScheduleConfig, ScheduleKey, Scheduler, Selected, SelectionConfig, Selector,
+    fit_plans, seed_from_name, Layout, LocalDevice, PathIndex, PathPlan, Role, ScheduleConfig,
+    ScheduleKey, Selected, SelectionConfig, Selector,
 };
+use accounts::Accounts;
+use rail::RailSim;
 pub use report::{GapFigures, NodeFigures, Report, Summary};
-use stats::{GapTracker, NodeStats};
 
 /// Device time of a `busy` answer: the control round trip that asked for the burst.
 pub const BUSY_ANSWER: Duration = Duration::from_millis(1);
@@ -71,6 +73,8 @@ pub struct SimulationConfig {
     /// Track every path's gaps (memory grows with the paths probed); `None`: when the cluster
     /// has at most [`TRACK_ALL_PATHS_UP_TO`] paths.
     pub track_all_paths: Option<bool>,
+    /// Threads to run the rails on; `None`: one per core. The figures do not depend on it.
+    pub threads: Option<NonZeroUsize>,
 }
 
 /// Candidate paths up to which every path's gaps are tracked by default.
@@ -167,6 +171,10 @@ impl ScheduleKey for SimKey {
     fn device(&self) -> &u16 {
         &self.rail
     }
+    /// As the exporter's device of the same name would.
+    fn device_seed(rail: &u16) -> u64 {
+        seed_from_name(&device_name(*rail))
+    }
 }
 
 impl From<PathIndex> for SimKey {
@@ -180,95 +188,9 @@ impl From<PathIndex> for SimKey {
     }
 }
 
-impl SimKey {
-    /// As one number, for the series budget.
-    fn id(self, nodes: usize) -> u64 {
-        stats::path_id(self.peer as usize, self.rail, nodes)
-    }
-}
-
-/// A rail of a node: its burst (or `busy` answer) in progress, while the rail's bit is set in
-/// [`Node::running`], and its bursts so far. Times in nanoseconds of virtual time: 32 bytes, so
-/// that the rails of a node sit in a few cache lines.
-#[derive(Debug, Clone, Copy, Default)]
-struct Rail {
-    /// When the burst in progress ends.
-    end: u64,
-    /// When the node must wake for this rail: at the end of a `busy` answer (its retry comes
-    /// soon after), else when the rail's next path is due but not before the end ([`wake_for`]).
-    wake: u64,
-    /// Bursts (not `busy` answers) so far.
-    bursts: u64,
-    peer: u32,
-    busy: bool,
-    /// A probe of this round's other-group sample (the rotation waits for it).
-    sampled: bool,
-}
-
-/// One simulated node. Its selection, used at rounds only, is boxed out of the way of what every
-/// burst touches.
-struct Node {
-    sched: Scheduler<SimKey>,
-    budget: SeriesBudget<u64>,
-    stats: NodeStats,
-    rotation: Rotation<SimKey>,
-    /// The rails with a burst in progress, one bit each: with a 5% duty cycle most are idle, and
-    /// their [`Rail`]s are not read.
-    running: u64,
-    /// When the next round starts.
-    next_round: Duration,
-    /// Other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
-    share: usize,
-    selector: Box<Selector>,
-}
-
-/// A responder device: the end of the burst it serves (ns), and how many probers aimed at it
-/// meanwhile.
-#[derive(Debug, Clone, Copy, Default)]
-struct Responder {
-    busy_until: u64,
-    aimed: u32,
-}
-
 /// `t` in nanoseconds (saturating: 584 years).
 fn nanos(t: Duration) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Where node `n`'s rails are in [`Sim::rails`].
-fn span(n: usize, rails: u16) -> std::ops::Range<usize> {
-    let rails = usize::from(rails);
-    n * rails..(n + 1) * rails
-}
-
-/// The rails whose bits are set in `mask`, lowest first.
-fn running_rails(mut mask: u64) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        let rail = (mask != 0).then(|| mask.trailing_zeros() as usize)?;
-        mask &= mask - 1;
-        Some(rail)
-    })
-}
-
-/// The rail whose burst ended first by `now` (ties: the lower rail), among the `running` ones.
-fn first_ended(running: u64, rails: &[Rail], now: u64) -> Option<usize> {
-    running_rails(running)
-        .filter(|&r| rails[r].end <= now)
-        .min_by_key(|&r| rails[r].end)
-}
-
-/// When a node must wake for a burst on `rail` that ends at `end`: at the end of a `busy` answer;
-/// else when the rail's next path may start, but not before the end. Only a completion on the
-/// rail or a new path set changes that (the rail dispatches nothing meanwhile, and its budget gate
-/// moves only at its completions), so it is asked of the scheduler once per burst and at rounds,
-/// not at every wake-up.
-fn wake_for(sched: &Scheduler<SimKey>, rail: usize, end: u64, busy: bool) -> u64 {
-    if busy {
-        return end;
-    }
-    sched
-        .next_due(&(rail as u16))
-        .map_or(end, |(_, due)| nanos(due).max(end))
 }
 
 /// `d` times `k`, exactly.
@@ -278,57 +200,18 @@ fn times(d: Duration, k: u64) -> Duration {
     Duration::new(secs, (nanos % 1_000_000_000) as u32)
 }
 
-/// Runs the simulation; `progress` is called about once per simulated hour with the virtual
-/// time reached.
-pub fn run(
-    config: &SimulationConfig,
-    mut progress: impl FnMut(Duration),
-) -> Result<Report, SimulateError> {
-    config.validate()?;
-    let started = Instant::now();
-    let mut sim = Sim::new(config)?;
-    let end = nanos(config.duration);
-    let mut next_report = Duration::from_secs(3600);
-    while let Some(&Reverse((wake, n))) = sim.queue.peek() {
-        if wake > end {
-            break;
-        }
-        let t = Duration::from_nanos(wake);
-        if t >= next_report {
-            progress(t);
-            next_report += Duration::from_secs(3600);
-        }
-        let next = sim.step(n as usize, t)?;
-        // The node's entry is still the first: it moves to the node's next wake-up.
-        if let Some(mut first) = sim.queue.peek_mut() {
-            *first = Reverse((next, n));
-        }
-    }
-    Ok(sim.finish(started.elapsed()))
-}
-
-struct Sim<'a> {
-    config: &'a SimulationConfig,
-    layout: Arc<Layout>,
-    /// Every node probes every other (all nodes share the layout, so all alike).
-    full_mesh: bool,
-    nodes: Vec<Node>,
-    /// Per node, its rails (`n × rails + rail`): one allocation for the cluster.
-    rails: Vec<Rail>,
-    responders: Vec<Responder>,
-    /// Each node's next wake-up (ns), one entry per node: a step moves its node's entry.
-    queue: BinaryHeap<Reverse<(u64, u32)>>,
-    gaps: GapTracker,
-    /// The buffer of each step's dispatches (one allocation for the whole run).
-    dispatches: Vec<Dispatch<SimKey>>,
-    peak_aimed: u32,
-    attempts: u64,
-    busy: u64,
-}
+/// Virtual time the rails run before the nodes' accounts catch up with them: long enough that
+/// a node's accounts are read for dozens of its probes at once, short enough that the log of a
+/// chunk stays small (about 500,000 probes at 10,000 nodes).
+const CHUNK: Duration = Duration::from_secs(120);
 
 /// The name of node `i`: fixed width, so that name order is index order.
 fn node_name(i: usize) -> String {
     format!("node{i:05}")
+}
+
+fn device_name(rail: u16) -> String {
+    format!("mlx5_{rail}")
 }
 
 /// A path's plan before fitting: the configured interval, jitter and burst.
@@ -336,17 +219,6 @@ fn base_plan(config: &SimulationConfig, key: SimKey) -> PathPlan<SimKey> {
     PathPlan::new(key, config.interval)
         .with_jitter(config.jitter)
         .with_expected_burst(config.burst)
-}
-
-/// A selection keyed for the simulation.
-fn sim_keyed(selected: Vec<Selected<PathIndex>>) -> Vec<Selected<SimKey>> {
-    selected
-        .into_iter()
-        .map(|s| Selected {
-            key: s.key.into(),
-            role: s.role,
-        })
-        .collect()
 }
 
 /// The plans of a selection: the configured ones, fitted to the duty cycle.
@@ -364,28 +236,99 @@ fn fitted_plans(
     )
 }
 
-/// Per device, the fixed path (same group or full mesh) with the longest plan. The scheduler
+/// The fixed path (same group or full mesh) of one device with the longest plan. The scheduler
 /// stretches all the intervals of a device by one factor, so the longest interval it gives a
-/// fixed path is that path's: one lookup per device, not per path.
-fn longest_fixed_plans(plans: &[PathPlan<SimKey>], selected: &[Selected<SimKey>]) -> Vec<SimKey> {
-    let mut longest: Vec<Option<(Duration, SimKey)>> = Vec::new();
-    for (plan, s) in plans.iter().zip(selected) {
-        if s.role == Role::Sampled {
-            continue;
-        }
-        let rail = usize::from(plan.key.rail);
-        if longest.len() <= rail {
-            longest.resize(rail + 1, None);
-        }
-        if longest[rail].is_none_or(|(interval, _)| plan.interval > interval) {
-            longest[rail] = Some((plan.interval, plan.key));
-        }
-    }
-    longest.into_iter().flatten().map(|(_, key)| key).collect()
+/// fixed path is that path's.
+fn longest_fixed_plan(plans: &[PathPlan<SimKey>], selected: &[Selected<SimKey>]) -> Option<SimKey> {
+    plans
+        .iter()
+        .zip(selected)
+        .filter(|(_, s)| s.role != Role::Sampled)
+        .max_by(|(a, _), (b, _)| a.interval.cmp(&b.interval).then(b.key.cmp(&a.key)))
+        .map(|(plan, _)| plan.key)
 }
 
-fn device_name(rail: u16) -> String {
-    format!("mlx5_{rail}")
+/// A node's paths on one rail for a round.
+#[derive(Debug, Clone, Default)]
+struct RailSelection {
+    /// Its fixed paths: at the start, and at every round where they rotate (a group larger
+    /// than `max_peers`); `None`: they stay as they are.
+    fixed: Option<Vec<Selected<SimKey>>>,
+    /// Its sampled other-group paths.
+    sampled: Vec<Selected<SimKey>>,
+}
+
+/// What every part of the simulation reads and none changes.
+struct Context<'a> {
+    config: &'a SimulationConfig,
+    schedule: ScheduleConfig,
+    /// Per node: its scheduler's seed (from its name, as on a real node).
+    seeds: Vec<u64>,
+    /// Per node: other-group paths per device and round ([`Coverage`](crate::schedule::Coverage)).
+    shares: Vec<usize>,
+    /// Every node probes every other (all nodes share the layout, so all alike).
+    full_mesh: bool,
+    groups: usize,
+    /// Every path's gaps are tracked.
+    track_all: bool,
+}
+
+impl Context<'_> {
+    fn same_group(&self, n: usize, peer: usize) -> bool {
+        peer / self.config.nodes_per_group == n / self.config.nodes_per_group
+    }
+
+    /// A fixed path of node `n` (same group, or full mesh), kept on `/metrics` first.
+    fn preferred(&self, n: usize, peer: usize) -> bool {
+        self.full_mesh || self.same_group(n, peer)
+    }
+}
+
+/// Runs the simulation; `progress` is called about once per simulated hour with the virtual
+/// time reached.
+pub fn run(
+    config: &SimulationConfig,
+    mut progress: impl FnMut(Duration),
+) -> Result<Report, SimulateError> {
+    config.validate()?;
+    let started = Instant::now();
+    let mut sim = Sim::new(config)?;
+    let end = nanos(config.duration);
+    let round_length = nanos(config.selection.round).max(1);
+    let hour = nanos(Duration::from_secs(3600));
+    let (mut from, mut round, mut starts_round) = (0u64, 0u64, false);
+    let mut next_report = hour;
+    loop {
+        let next_round = (round + 1u64).saturating_mul(round_length);
+        let until = next_round
+            .min(from.saturating_add(nanos(CHUNK)))
+            .min(end.saturating_add(1));
+        sim.run_chunk(from, starts_round.then_some(round), until)?;
+        if until > end {
+            break;
+        }
+        while until >= next_report {
+            progress(Duration::from_nanos(next_report));
+            next_report = next_report.saturating_add(hour);
+        }
+        starts_round = until == next_round;
+        if starts_round {
+            round += 1;
+        }
+        from = until;
+    }
+    Ok(sim.finish(started.elapsed()))
+}
+
+struct Sim<'a> {
+    ctx: Context<'a>,
+    layout: Arc<Layout>,
+    selectors: Vec<Selector>,
+    /// Per rail (in rail order), that rail of every node.
+    rails: Vec<RailSim>,
+    /// Per node.
+    accounts: Vec<Accounts>,
+    threads: usize,
 }
 
 impl<'a> Sim<'a> {
@@ -407,297 +350,279 @@ impl<'a> Sim<'a> {
         let devices: Vec<LocalDevice> = (0..config.rails)
             .map(|r| LocalDevice::new(device_name(r), Some(r)))
             .collect();
-        let schedule = ScheduleConfig::with_duty_cycle(config.duty_cycle);
-        let groups = config.nodes.div_ceil(config.nodes_per_group);
-        let track_all = config.track_all_paths.unwrap_or_else(|| {
-            config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails)
-                <= TRACK_ALL_PATHS_UP_TO
-        });
-        let mut sim = Sim {
+        let selectors: Vec<Selector> = names
+            .iter()
+            .map(|name| Selector::with_layout(name, layout.clone(), &devices, &config.selection))
+            .collect();
+        let ctx = Context {
             config,
-            layout: layout.clone(),
-            full_mesh: false,
-            nodes: Vec::with_capacity(config.nodes),
-            rails: vec![Rail::default(); config.nodes * config.rails as usize],
-            responders: vec![Responder::default(); config.nodes * config.rails as usize],
-            queue: BinaryHeap::with_capacity(config.nodes),
-            gaps: GapTracker::new(config, groups, track_all),
-            dispatches: Vec::with_capacity(config.rails as usize),
-            peak_aimed: 0,
-            attempts: 0,
-            busy: 0,
+            schedule: ScheduleConfig::with_duty_cycle(config.duty_cycle),
+            seeds: names.iter().map(|name| seed_from_name(name)).collect(),
+            shares: (selectors.iter())
+                .map(|s| s.coverage().sampled_per_device)
+                .collect(),
+            // One layout for all: every node alike.
+            full_mesh: selectors[0].is_full_mesh(),
+            groups: config.nodes.div_ceil(config.nodes_per_group),
+            track_all: config.track_all_paths.unwrap_or_else(|| {
+                config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails)
+                    <= TRACK_ALL_PATHS_UP_TO
+            }),
         };
-        for name in &names {
-            let selector = Selector::with_layout(name, layout.clone(), &devices, &config.selection);
-            let node = Node {
-                sched: Scheduler::new(seed_from_name(name), schedule.clone())
-                    .map_err(|e| SimulateError::Schedule(e.to_string()))?,
-                budget: SeriesBudget::new(config.series.budget, config.series.ttl),
-                stats: NodeStats::new(config.rails as usize, config.nodes_per_group),
-                rotation: Rotation::new(),
-                running: 0,
-                next_round: selector.round_start(1),
-                share: selector.coverage().sampled_per_device,
-                selector: Box::new(selector),
-            };
-            sim.nodes.push(node);
-        }
-        // One layout for all: every node alike.
-        sim.full_mesh = sim.nodes[0].selector.is_full_mesh();
-        for n in 0..config.nodes {
-            let wake = sim.start_node(n)?;
-            sim.queue.push(Reverse((wake, n as u32)));
-        }
+        let rails = (0..config.rails)
+            .map(|r| RailSim::new(r, &ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        let accounts = (0..config.nodes).map(|_| Accounts::new(&ctx)).collect();
+        let threads = config
+            .threads
+            .or_else(|| std::thread::available_parallelism().ok())
+            .map_or(1, NonZeroUsize::get);
+        let mut sim = Sim {
+            ctx,
+            layout,
+            selectors,
+            rails,
+            accounts,
+            threads,
+        };
+        sim.start()?;
         Ok(sim)
     }
 
-    /// Round 0's paths, all at once; returns the node's first wake-up.
-    fn start_node(&mut self, n: usize) -> Result<u64, SimulateError> {
-        let config = self.config;
-        let node = &mut self.nodes[n];
-        let mut selected = sim_keyed(node.selector.fixed_path_indices(0));
-        let wanted = sim_keyed(node.selector.sampled_path_indices(0));
-        node.rotation
-            .advance(0, wanted.iter().map(|s| s.key).collect());
-        selected.extend(wanted);
-        let plans = fitted_plans(config, &selected, node.share);
-        let longest = longest_fixed_plans(&plans, &selected);
-        node.sched
-            .set_paths(plans, Duration::ZERO)
-            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
-        // The longest interval a fixed path gets, stretched by the scheduler if it must.
-        node.stats.planned_interval = longest
-            .iter()
-            .filter_map(|k| node.sched.path_status(k))
-            .map(|st| st.effective_interval)
-            .max()
-            .unwrap_or_default();
-        Ok(self.next_wake(n, Duration::ZERO))
-    }
-
-    /// Everything node `n` does at `t`: bursts that ended, a new round, new bursts; returns
-    /// its next wake-up.
-    fn step(&mut self, n: usize, t: Duration) -> Result<u64, SimulateError> {
-        self.complete(n, t);
-        if t >= self.nodes[n].next_round {
-            let round = self.nodes[n].selector.round_at(t);
-            self.new_round(n, round, t)?;
-        }
-        let mut dispatches = std::mem::take(&mut self.dispatches);
-        self.nodes[n].sched.poll_into(t, &mut dispatches);
-        for d in &dispatches {
-            self.attempt(n, d.key, t);
-        }
-        self.dispatches = dispatches;
-        Ok(self.next_wake(n, t))
-    }
-
-    /// Reports every burst of node `n` that ended by `t`, at its end time, first ended first.
-    fn complete(&mut self, n: usize, t: Duration) {
-        let now = nanos(t);
-        let burst = self.config.burst;
-        let rails = &self.rails[span(n, self.config.rails)];
-        let node = &mut self.nodes[n];
-        while let Some(rail) = first_ended(node.running, rails, now) {
-            node.running &= !(1 << rail);
-            let done = rails[rail];
-            let key = SimKey {
-                rail: rail as u16,
-                peer: done.peer,
-            };
-            let outcome = if done.busy {
-                Outcome::busy(Duration::ZERO)
-            } else {
-                Outcome::success(burst)
-            };
-            node.sched
-                .completed(&key, outcome, Duration::from_nanos(done.end));
-            if !done.busy && done.sampled {
-                node.rotation.probed(&key);
+    /// Round 0's paths, all at once.
+    fn start(&mut self) -> Result<(), SimulateError> {
+        let wanted = self.select(0, true);
+        for (rail, selections) in self.rails.iter_mut().zip(wanted) {
+            for (n, selection) in selections.into_iter().enumerate() {
+                let mut selected = selection.fixed.unwrap_or_default();
+                selected.extend(selection.sampled);
+                let planned = rail.start_node(n, selected, &self.ctx)?;
+                let stats = &mut self.accounts[n].stats;
+                stats.planned_interval = stats.planned_interval.max(planned);
             }
+            rail.start_queue();
         }
-    }
-
-    /// A new round: this round's sampled paths replace the probed ones of the last.
-    fn new_round(&mut self, n: usize, round: u64, t: Duration) -> Result<(), SimulateError> {
-        let config = self.config;
-        let node = &mut self.nodes[n];
-        node.next_round = node.selector.round_start(round + 1);
-        let wanted = node.selector.sampled_path_indices(round);
-        let change = node
-            .rotation
-            .advance(round, wanted.into_iter().map(|s| s.key.into()).collect());
-        let mut removed = change.removed;
-        let mut upsert: Vec<PathPlan<SimKey>> = change
-            .added
-            .iter()
-            .map(|k| PathPlan {
-                key: *k,
-                interval: config.selection.round,
-                jitter: config.jitter,
-                expected_burst: config.burst,
-            })
-            .collect();
-        if node.selector.fixed_paths_rotate() {
-            // A group larger than max_peers: its window moves too.
-            let fixed = sim_keyed(node.selector.fixed_path_indices(round));
-            let mut keep: Vec<SimKey> = fixed.iter().map(|s| s.key).collect();
-            keep.sort_unstable();
-            removed.extend(
-                node.sched
-                    .paths()
-                    .filter(|k| keep.binary_search(k).is_err() && !node.rotation.contains(k))
-                    .copied(),
-            );
-            upsert.extend(fitted_plans(config, &fixed, node.share));
-        }
-        node.sched
-            .update_paths(&removed, upsert, t)
-            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
-        self.rewake_running(n);
-        self.sample(n, t);
         Ok(())
     }
 
-    /// The new path set may have changed what a running rail of node `n` does next.
-    fn rewake_running(&mut self, n: usize) {
-        let node = &self.nodes[n];
-        let rails = &mut self.rails[span(n, self.config.rails)];
-        for rail in running_rails(node.running) {
-            let r = &mut rails[rail];
-            r.wake = wake_for(&node.sched, rail, r.end, r.busy);
+    /// Every node's paths of `round`, per rail (`[rail][node]`): its sampled ones, and its
+    /// fixed ones at the start (`all`) or where they rotate.
+    fn select(&self, round: u64, all: bool) -> Vec<Vec<RailSelection>> {
+        let rails = self.rails.len();
+        let per_thread = self.selectors.len().div_ceil(self.threads);
+        let parts: Vec<&[Selector]> = self.selectors.chunks(per_thread).collect();
+        let per_node = parallel(parts, |selectors| {
+            (selectors.iter())
+                .map(|s| node_selection(s, round, all, rails))
+                .collect::<Vec<_>>()
+        });
+        let mut wanted: Vec<Vec<RailSelection>> = (0..rails)
+            .map(|_| Vec::with_capacity(self.selectors.len()))
+            .collect();
+        for of_node in per_node.into_iter().flatten() {
+            for (of_rail, selection) in wanted.iter_mut().zip(of_node) {
+                of_rail.push(selection);
+            }
         }
+        wanted
     }
 
-    /// Starts a burst of node `n` on `key`, or gets `busy` from the responder.
-    fn attempt(&mut self, n: usize, key: SimKey, t: Duration) {
-        let config = self.config;
-        let rail = key.rail;
-        let peer = key.peer as usize;
-        let now = nanos(t);
-        let responder = &mut self.responders[peer * config.rails as usize + rail as usize];
-        self.attempts += 1;
-        let busy = responder.busy_until > now;
-        let hold = if busy {
-            responder.aimed += 1;
-            self.busy += 1;
-            BUSY_ANSWER
-        } else {
-            responder.busy_until = nanos(t + config.burst);
-            responder.aimed = 1;
-            config.burst
-        };
-        self.peak_aimed = self.peak_aimed.max(responder.aimed);
-        let same_group = peer / config.nodes_per_group == n / config.nodes_per_group;
-        let preferred = same_group || self.full_mesh;
-        let node = &mut self.nodes[n];
-        let mut probes = 0;
-        if !busy {
-            probes = node.stats.record_probe(rail, peer, same_group, t);
-            self.gaps.record(n, peer, rail, t);
-        }
-        let m = &config.series;
-        let capacity = m.unpaced_every > 0 && probes >= m.unpaced_every;
-        let series = PathSeries {
-            base: m.per_path + if capacity { m.capacity_per_path } else { 0 },
-            detail: m.detail_per_path,
-            derived: m.derived_per_path + usize::from(capacity),
-        };
-        node.budget
-            .record(key.id(config.nodes), t, preferred, series);
-        Self::expire(node, n, t, config, self.full_mesh);
-        let end = nanos(t + hold);
-        let wake = wake_for(&node.sched, rail.into(), end, busy);
-        node.running |= 1 << rail;
-        let r = &mut self.rails[span(n, config.rails)][usize::from(rail)];
-        r.end = end;
-        r.wake = wake;
-        r.bursts += u64::from(!busy);
-        r.peer = key.peer;
-        r.busy = busy;
-        r.sampled = !preferred;
+    /// Runs the rails from `from` to before `until` (ns), starting with `round` at `from`,
+    /// then the nodes' accounts of what they did.
+    fn run_chunk(
+        &mut self,
+        from: u64,
+        round: Option<u64>,
+        until: u64,
+    ) -> Result<(), SimulateError> {
+        let wanted = round.map(|round| (round, self.select(round, false)));
+        let round = wanted.as_ref().map(|(k, w)| (*k, w.as_slice()));
+        self.run_rails(from, round, until)?;
+        self.run_accounts(from, round.is_some());
+        Ok(())
     }
 
-    /// Node `n`'s next wake-up (ns) after `t`: its next due path, a running rail's wake-up
-    /// ([`Rail::wake`]), or the next round.
-    fn next_wake(&self, n: usize, t: Duration) -> u64 {
-        let node = &self.nodes[n];
-        let rails = &self.rails[span(n, self.config.rails)];
-        let mut wake = node.next_round;
-        if let Some(w) = node.sched.wait_until() {
-            wake = wake.min(w);
+    /// Each rail's events from `from` (a round's start, with its selections) to before
+    /// `until`; the rails spread over the threads.
+    fn run_rails(
+        &mut self,
+        from: u64,
+        round: Option<(u64, &[Vec<RailSelection>])>,
+        until: u64,
+    ) -> Result<(), SimulateError> {
+        let ctx = &self.ctx;
+        let mut groups: Vec<Vec<&mut RailSim>> = (0..self.threads).map(|_| Vec::new()).collect();
+        for (r, rail) in self.rails.iter_mut().enumerate() {
+            groups[r % self.threads].push(rail);
         }
-        let mut wake = nanos(wake);
-        for rail in running_rails(node.running) {
-            let r = &rails[rail];
-            debug_assert_eq!(r.wake, wake_for(&node.sched, rail, r.end, r.busy));
-            wake = wake.min(r.wake);
-        }
-        wake.max(nanos(t) + 1)
+        let results = parallel(groups, |group| {
+            group.into_iter().try_for_each(|rail| {
+                if let Some((k, wanted)) = round {
+                    rail.round(k, from, &wanted[usize::from(rail.rail())], ctx)?;
+                }
+                rail.run_until(until, ctx);
+                rail.sort_log();
+                Ok(())
+            })
+        });
+        results.into_iter().collect()
     }
 
-    /// Takes off node `n`'s `/metrics` the paths out of its selection not probed for the TTL.
-    fn expire(node: &mut Node, n: usize, t: Duration, config: &SimulationConfig, full_mesh: bool) {
-        let rotation = &node.rotation;
-        let nodes_per_group = config.nodes_per_group;
-        node.budget.expire(t, |id| {
-            let (peer, rail) = stats::path_of(*id, config.nodes);
-            full_mesh
-                || peer / nodes_per_group == n / nodes_per_group
-                || rotation.contains(&SimKey {
-                    rail: rail as u16,
-                    peer: peer as u32,
-                })
+    /// Each node's accounts of the chunk just run (sampled first at a round's start `from`);
+    /// the nodes spread over the threads.
+    fn run_accounts(&mut self, from: u64, sample: bool) {
+        let (rails, ctx) = (&self.rails, &self.ctx);
+        let per_thread = self.accounts.len().div_ceil(self.threads);
+        let parts: Vec<(usize, &mut [Accounts])> =
+            self.accounts.chunks_mut(per_thread).enumerate().collect();
+        parallel(parts, |(i, part)| {
+            for (k, accounts) in part.iter_mut().enumerate() {
+                let n = i * per_thread + k;
+                if sample {
+                    accounts.sample(n, Duration::from_nanos(from), rails, ctx);
+                }
+                accounts.replay(n, rails, ctx);
+            }
         });
     }
 
-    /// Samples node `n`'s figures (at each round): series, paths, duty cycle.
-    fn sample(&mut self, n: usize, t: Duration) {
-        let config = self.config;
-        let node = &mut self.nodes[n];
-        Self::expire(node, n, t, config, self.full_mesh);
-        let peers = node.budget.peers(|id| stats::path_of(*id, config.nodes).0);
-        let series = node.budget.series()
-            + peers
-            + config.series.per_node
-            + config.series.per_device * config.rails as usize;
-        let paths = node.sched.len();
-        let duty = (0..config.rails)
-            .filter_map(|r| node.sched.device_stats(&r, t))
-            .map(|s| s.duty_cycle_used)
-            .fold(0.0, f64::max);
-        node.stats.sample(series, paths, duty);
-    }
-
     fn finish(mut self, elapsed: Duration) -> Report {
-        let end = self.config.duration;
-        for n in 0..self.nodes.len() {
-            self.sample(n, end);
+        let end = self.ctx.config.duration;
+        for rail in &mut self.rails {
+            rail.finish(nanos(end), &self.ctx);
         }
-        let nodes: Vec<NodeFigures> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(n, node)| {
-                let burst_time: Vec<Duration> = self.rails[span(n, self.config.rails)]
-                    .iter()
-                    .map(|r| times(self.config.burst, r.bursts))
-                    .collect();
-                node.stats
-                    .figures(n, end, self.config, &burst_time, node.budget.dropped())
-            })
-            .collect();
-        let coverage = self.nodes[0].selector.coverage();
+        let mut nodes = Vec::with_capacity(self.accounts.len());
+        for (n, accounts) in self.accounts.iter_mut().enumerate() {
+            accounts.sample(n, end, &self.rails, &self.ctx);
+            nodes.push(accounts.figures(n, end, &self.rails, &self.ctx));
+        }
+        let rails = &self.rails;
+        debug_assert_eq!(
+            self.accounts.iter().map(Accounts::replayed).sum::<u64>(),
+            rails.iter().map(|r| r.attempts).sum::<u64>(),
+            "every probe the rails started is in the accounts"
+        );
+        let gaps = stats::gap_figures(rails.iter().map(|r| &r.gaps), self.ctx.config, end);
+        let coverage = self.selectors[0].coverage();
         Report::new(
-            self.config,
+            self.ctx.config,
             &self.layout,
             coverage,
             nodes,
-            self.gaps.finish(end),
-            self.peak_aimed,
-            self.attempts,
-            self.busy,
+            gaps,
+            rails.iter().map(|r| r.peak_aimed).max().unwrap_or(0),
+            rails.iter().map(|r| r.attempts).sum(),
+            rails.iter().map(|r| r.busy).sum(),
             elapsed,
         )
+    }
+}
+
+/// A selection's path keyed for the simulation.
+fn sim_keyed(s: Selected<PathIndex>) -> Selected<SimKey> {
+    Selected {
+        key: s.key.into(),
+        role: s.role,
+    }
+}
+
+/// A node's paths of `round`, per rail: its sampled ones, and its fixed ones at the start
+/// (`all`) or where they rotate.
+fn node_selection(selector: &Selector, round: u64, all: bool, rails: usize) -> Vec<RailSelection> {
+    let mut out = vec![RailSelection::default(); rails];
+    if all || selector.fixed_paths_rotate() {
+        for of_rail in &mut out {
+            of_rail.fixed = Some(Vec::new());
+        }
+        for s in selector.fixed_path_indices(round) {
+            let s = sim_keyed(s);
+            if let Some(fixed) = &mut out[usize::from(s.key.rail)].fixed {
+                fixed.push(s);
+            }
+        }
+    }
+    for s in selector.sampled_path_indices(round) {
+        let s = sim_keyed(s);
+        out[usize::from(s.key.rail)].sampled.push(s);
+    }
+    out
+}
+
+/// Runs `work` on each of `parts`, each on a thread of its own (the first on this one), and
+/// returns what each returned, in order.
+fn parallel<P: Send, R: Send>(parts: Vec<P>, work: impl Fn(P) -> R + Sync) -> Vec<R> {
+    if parts.len() <= 1 {
+        return parts.into_iter().map(work).collect();
+    }
+    std::thread::scope(|scope| {
+        let mut parts = parts.into_iter();
+        let first = parts.next();
+        let work = &work;
+        let others: Vec<_> = parts.map(|p| scope.spawn(move || work(p))).collect();
+        let mut results: Vec<R> = first.into_iter().map(work).collect();
+        for handle in others {
+            results.push(
+                handle
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            );
+        }
+        results
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 60 nodes in ToRs of 16 with 3 rails: groups larger than `max_peers` (their fixed paths
+    /// rotate), sampled paths, `busy` answers, and a series budget small enough to drop.
+    fn small_cluster(threads: usize) -> SimulationConfig {
+        SimulationConfig {
+            nodes: 60,
+            rails: 3,
+            nodes_per_group: 16,
+            interval: Duration::from_secs(20),
+            jitter: 0.1,
+            burst: Duration::from_millis(500),
+            duty_cycle: 0.05,
+            // Not a whole number of rounds or chunks.
+            duration: Duration::from_secs(3 * 3600 + 7),
+            selection: SelectionConfig {
+                max_peers: 8,
+                sample: 3,
+                round: Duration::from_secs(300),
+                ..SelectionConfig::default()
+            },
+            series: SeriesModel {
+                per_path: 10,
+                capacity_per_path: 4,
+                unpaced_every: 10,
+                detail_per_path: 12,
+                derived_per_path: 5,
+                per_node: SERIES_PER_NODE,
+                per_device: SERIES_PER_DEVICE,
+                ttl: Duration::from_secs(900),
+                budget: 600,
+            },
+            track_all_paths: Some(true),
+            threads: NonZeroUsize::new(threads),
+        }
+    }
+
+    #[test]
+    fn the_figures_do_not_depend_on_the_threads() {
+        let run = |threads| {
+            let mut report = super::run(&small_cluster(threads), |_| {}).unwrap();
+            report.elapsed = Duration::ZERO;
+            report
+        };
+        let one = run(1);
+        assert!(one.busy > 0, "no busy answer: {one:?}");
+        assert!(one.dropped > 0, "nothing dropped: {one:?}");
+        assert!(one.gaps.pair.is_some() && one.gaps.all.is_some());
+        assert_eq!(one, run(2));
+        assert_eq!(one, run(3));
+        assert_eq!(one, run(5));
     }
 }

@@ -106,31 +106,29 @@ impl NodeStats {
     }
 }
 
-/// Gaps across the cluster: per ordered (group pair, rail), and per path when tracked.
-pub(super) struct GapTracker {
+/// Gaps of one rail across the cluster: per ordered group pair, and per path when tracked.
+pub(super) struct RailGaps {
+    rail: u16,
     groups: usize,
-    rails: usize,
     nodes: usize,
+    rails: usize,
     nodes_per_group: usize,
-    /// Per (source group, target group, rail): last probe (ms) and longest gap, side by side so
-    /// that a probe touches one cache line of this table, not two.
+    /// Per (source group, target group): last probe (ms) and longest gap, side by side so that
+    /// a probe touches one cache line of this table, not two.
     pairs: Vec<(u32, u32)>,
-    /// Per path (prober, peer, rail): last probe (ms) and the longest gap so far.
+    /// Per path (prober, peer): last probe (ms) and the longest gap so far.
     paths: Option<FastMap<u64, u32>>,
     path_gap: u32,
 }
 
-impl GapTracker {
-    pub fn new(config: &SimulationConfig, groups: usize, track_all: bool) -> Self {
-        let pairs = if groups > 1 {
-            groups * groups * config.rails as usize
-        } else {
-            0
-        };
-        GapTracker {
+impl RailGaps {
+    pub fn new(config: &SimulationConfig, rail: u16, groups: usize, track_all: bool) -> Self {
+        let pairs = if groups > 1 { groups * groups } else { 0 };
+        RailGaps {
+            rail,
             groups,
-            rails: config.rails as usize,
             nodes: config.nodes,
+            rails: config.rails as usize,
             nodes_per_group: config.nodes_per_group,
             pairs: vec![(0, 0); pairs],
             paths: track_all.then(FastMap::default),
@@ -138,58 +136,67 @@ impl GapTracker {
         }
     }
 
-    /// Node `n` probed `peer` on `rail` at `t`.
-    pub fn record(&mut self, n: usize, peer: usize, rail: u16, t: Duration) {
-        let now = ms(t);
+    /// Node `n` probed `peer` on this rail at `t` (ns).
+    pub fn record(&mut self, n: usize, peer: usize, t: u64) {
+        let now = ms(Duration::from_nanos(t));
         let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
         if g != h {
-            let i = (g * self.groups + h) * self.rails + usize::from(rail);
-            let (last, gap) = &mut self.pairs[i];
+            let (last, gap) = &mut self.pairs[g * self.groups + h];
             *gap = (*gap).max(now - *last);
             *last = now;
         }
         if let Some(paths) = &mut self.paths {
-            let id =
-                (n as u64 * self.nodes as u64 + peer as u64) * self.rails as u64 + u64::from(rail);
+            let id = (n as u64 * self.nodes as u64 + peer as u64) * self.rails as u64
+                + u64::from(self.rail);
             let last = paths.entry(id).or_insert(0);
             self.path_gap = self.path_gap.max(now - *last);
             *last = now;
         }
     }
+}
 
-    /// The figures at `end`, open gaps included.
-    pub fn finish(self, end: Duration) -> GapFigures {
-        let end_ms = ms(end);
-        let mut pair_gaps: Vec<u32> = Vec::new();
-        for g in 0..self.groups {
-            for h in (0..self.groups).filter(|h| *h != g) {
-                for r in 0..self.rails {
-                    let i = (g * self.groups + h) * self.rails + r;
-                    let (last, gap) = self.pairs[i];
-                    pair_gaps.push(gap.max(end_ms - last));
-                }
+/// The figures of every rail's gaps at `end`, open gaps included.
+pub(super) fn gap_figures<'a>(
+    rails: impl IntoIterator<Item = &'a RailGaps>,
+    config: &SimulationConfig,
+    end: Duration,
+) -> GapFigures {
+    let end_ms = ms(end);
+    let mut pair_gaps: Vec<u32> = Vec::new();
+    // Every path tracked: (paths probed, longest gap between probes, longest since the last).
+    let mut tracked: Option<(u64, u32, u32)> = None;
+    for gaps in rails {
+        for g in 0..gaps.groups {
+            for h in (0..gaps.groups).filter(|h| *h != g) {
+                let (last, gap) = gaps.pairs[g * gaps.groups + h];
+                pair_gaps.push(gap.max(end_ms - last));
             }
         }
-        pair_gaps.sort_unstable();
-        let to_duration = |ms: u32| Duration::from_millis(u64::from(ms));
-        let pair = (!pair_gaps.is_empty()).then(|| {
-            (
-                to_duration(pair_gaps[pair_gaps.len() / 2]),
-                to_duration(pair_gaps[pair_gaps.len() - 1]),
-                pair_gaps.len(),
-            )
-        });
-        let all = self.paths.map(|paths| {
-            let total = self.nodes as u64 * (self.nodes as u64 - 1) * self.rails as u64;
-            let probed = paths.len() as u64;
+        if let Some(paths) = &gaps.paths {
             let tail = paths.values().map(|last| end_ms - last).max().unwrap_or(0);
-            let gap = if probed < total {
-                end_ms
-            } else {
-                self.path_gap.max(tail)
-            };
-            (to_duration(gap), probed, total)
-        });
-        GapFigures { pair, all }
+            let (probed, gap, open) = tracked.get_or_insert((0, 0, 0));
+            *probed += paths.len() as u64;
+            *gap = (*gap).max(gaps.path_gap);
+            *open = (*open).max(tail);
+        }
     }
+    pair_gaps.sort_unstable();
+    let to_duration = |ms: u32| Duration::from_millis(u64::from(ms));
+    let pair = (!pair_gaps.is_empty()).then(|| {
+        (
+            to_duration(pair_gaps[pair_gaps.len() / 2]),
+            to_duration(pair_gaps[pair_gaps.len() - 1]),
+            pair_gaps.len(),
+        )
+    });
+    let all = tracked.map(|(probed, gap, open)| {
+        let total = config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails);
+        let gap = if probed < total {
+            end_ms
+        } else {
+            gap.max(open)
+        };
+        (to_duration(gap), probed, total)
+    });
+    GapFigures { pair, all }
 }

@@ -3,6 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::budget::{secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
 use super::path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
@@ -183,6 +185,21 @@ impl<K> PathState<K> {
 /// a search by key.
 type Slot = u32;
 
+/// A due time in the idle index: nanoseconds since the caller's epoch. Half the size of a
+/// `Duration` and compared in one step; exact for 584 years of uptime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Due(u64);
+
+impl Due {
+    fn of(t: Duration) -> Due {
+        Due(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn time(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+}
+
 /// The burst a device runs.
 #[derive(Debug, Clone)]
 struct RunningBurst<K> {
@@ -204,7 +221,7 @@ struct DeviceState<K> {
     /// burst, so that a poll costs a look at the front, not a scan; a compact ring rather than a
     /// tree, because a simulated cluster polls ten thousand schedulers and every cache line
     /// touched counts. A new due time is usually among the latest, so an insert moves little.
-    idle: VecDeque<(Duration, K, Slot)>,
+    idle: VecDeque<(Due, K, Slot)>,
     /// Σ cost / interval over the paths (see [`DeviceState::demand`]).
     demand: f64,
     /// The running burst, possibly of a path that has since left the set.
@@ -311,12 +328,14 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     /// Rebuilds the index of idle paths (after the path set changed).
     fn index_idle(&mut self) {
-        let mut idle: Vec<(Duration, K, Slot)> = self
+        let mut idle: Vec<(Due, K, Slot)> = self
             .index
             .iter()
             .filter_map(|(k, &slot)| {
                 let p = self.path(slot)?;
-                p.running.is_none().then(|| (p.next_due, k.clone(), slot))
+                p.running
+                    .is_none()
+                    .then(|| (Due::of(p.next_due), k.clone(), slot))
             })
             .collect();
         idle.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
@@ -328,6 +347,7 @@ impl<K: ScheduleKey> DeviceState<K> {
     /// they share a cache line or two, where a bisection would touch lines all over the ring.
     fn idle_position(&self, due: Duration, key: &K) -> usize {
         const LOOK_FROM_THE_BACK: usize = 4;
+        let due = Due::of(due);
         let before = |i: usize| {
             let (d, k, _) = &self.idle[i];
             (*d, k) < (due, key)
@@ -354,7 +374,7 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     fn index_idle_path(&mut self, due: Duration, key: K, slot: Slot) {
         let at = self.idle_position(due, &key);
-        self.idle.insert(at, (due, key, slot));
+        self.idle.insert(at, (Due::of(due), key, slot));
     }
 
     fn unindex_idle(&mut self, due: Duration, key: &K) {
@@ -362,7 +382,7 @@ impl<K: ScheduleKey> DeviceState<K> {
         if self
             .idle
             .get(at)
-            .is_some_and(|(d, k, _)| *d == due && k == key)
+            .is_some_and(|(d, k, _)| *d == Due::of(due) && k == key)
         {
             self.idle.remove(at);
         }
@@ -370,7 +390,7 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     /// The path that goes next: the most overdue idle one (ties: key order).
     fn next_path(&self) -> Option<(&K, Duration)> {
-        self.idle.front().map(|(due, k, _)| (k, *due))
+        self.idle.front().map(|(due, k, _)| (k, due.time()))
     }
 
     /// The earliest time this device may start its next burst, [`NEVER`] while one runs.
@@ -388,11 +408,16 @@ impl<K: ScheduleKey> DeviceState<K> {
 /// then taken by its place, so the search never strides over the large device states; a
 /// simulated cluster looks devices up several times per burst.
 #[derive(Debug, Clone)]
-struct Devices<D, V>(Vec<(D, V)>);
+struct Devices<D, V>(DeviceVec<(D, V)>);
+
+/// Per device, in name order: inline while there is one, so that a scheduler of one device
+/// (the cluster simulation has one per node and rail) reaches its device state without a
+/// pointer to follow.
+type DeviceVec<T> = SmallVec<[T; 1]>;
 
 impl<D, V> Default for Devices<D, V> {
     fn default() -> Self {
-        Devices(Vec::new())
+        Devices(SmallVec::new())
     }
 }
 
@@ -479,7 +504,7 @@ pub struct Scheduler<K: ScheduleKey = PathKey> {
     /// time or its gate, whichever is later; [`NEVER`] while a burst runs or without paths).
     /// A compact copy of what each device says, so that a poll touches only the devices that
     /// can start now. Always the same devices in the same order as `devices`.
-    ready: Vec<(K::Device, Duration)>,
+    ready: DeviceVec<(K::Device, Duration)>,
 }
 
 /// A device that cannot start a burst until something changes.
@@ -496,7 +521,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             config,
             node_seed,
             devices: Devices::default(),
-            ready: Vec::new(),
+            ready: SmallVec::new(),
         })
     }
 
@@ -685,7 +710,8 @@ impl<K: ScheduleKey> Scheduler<K> {
         if dev.running.is_some() || !dev.gate.is_open(now) {
             return None;
         }
-        let &(due, _, slot) = dev.idle.front().filter(|(due, ..)| *due <= now)?;
+        let &(due, _, slot) = dev.idle.front().filter(|(due, ..)| *due <= Due::of(now))?;
+        let due = due.time();
         // Held back by the budget: the gate opened after the path was due and the device was
         // idle.
         let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
@@ -924,7 +950,7 @@ impl<K: ScheduleKey> Scheduler<K> {
     /// Panics unless the idle index and the cached demand of every device agree with its paths.
     #[cfg(test)]
     pub(crate) fn check_index(&self) {
-        let ready: Vec<(K::Device, Duration)> = self
+        let ready: DeviceVec<(K::Device, Duration)> = self
             .devices
             .iter()
             .map(|(name, dev)| (name.clone(), dev.ready_at()))

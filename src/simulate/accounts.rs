@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 
 use super::rail::{Probe, RailSim};
@@ -32,12 +34,11 @@ impl Accounts {
     /// Node `n`'s probes of the chunk just run, from every rail, in the order the node started
     /// them: by time, then rail (a node's devices are polled in rail order).
     pub fn replay(&mut self, n: usize, rails: &[RailSim], ctx: &Context) {
-        let logs: Vec<&[Probe]> = rails.iter().map(|r| r.probes_of(n)).collect();
-        let mut next = vec![0usize; logs.len()];
+        let mut logs: SmallVec<[&[Probe]; 8]> = rails.iter().map(|r| r.probes_of(n)).collect();
         loop {
             let mut first: Option<(u64, usize)> = None;
             for (rail, log) in logs.iter().enumerate() {
-                if let Some(p) = log.get(next[rail]) {
+                if let Some(p) = log.first() {
                     if first.is_none_or(|(at, _)| p.at < at) {
                         first = Some((p.at, rail));
                     }
@@ -46,8 +47,8 @@ impl Accounts {
             let Some((_, rail)) = first else {
                 break;
             };
-            let probe = logs[rail][next[rail]];
-            next[rail] += 1;
+            let probe = logs[rail][0];
+            logs[rail] = &logs[rail][1..];
             self.replayed += 1;
             self.record(n, rail as u16, probe, rails, ctx);
         }

@@ -105,7 +105,7 @@ pub(crate) struct BurstWindow {
 }
 
 /// `t` in nanoseconds, saturating (584 years).
-fn nanos(t: Duration) -> u64 {
+pub(crate) fn nanos(t: Duration) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -134,7 +134,7 @@ impl BurstWindow {
         // Bursts that left the window count for nothing in `used`, so they are dropped in
         // batches, not one at each record: most records then touch only the newest end of the
         // ring (one cache line, where a device state is cold when its next burst ends).
-        if self.bursts.len() % PRUNE_EVERY == 0 {
+        if self.bursts.len().is_multiple_of(PRUNE_EVERY) {
             let from = nanos(end.saturating_sub(self.window));
             while self.bursts.front().is_some_and(|&(_, e)| e <= from) {
                 self.bursts.pop_front();
@@ -243,12 +243,20 @@ mod tests {
         assert_eq!(w.used(ms(11_500)), ms(2500));
         assert_eq!(w.used(s(30)), Duration::ZERO);
         w.record(s(40), s(1));
-        assert_eq!(w.used(s(40)), s(1), "bursts out of the window count for nothing");
+        assert_eq!(
+            w.used(s(40)),
+            s(1),
+            "bursts out of the window count for nothing"
+        );
         // Old bursts are dropped in batches: once the window holds PRUNE_EVERY of them.
         for k in 0..PRUNE_EVERY as u64 - 3 {
             w.record(s(41 + k), ms(500));
         }
-        assert_eq!(w.bursts.len(), PRUNE_EVERY - 2, "the two old bursts are pruned");
+        assert_eq!(
+            w.bursts.len(),
+            PRUNE_EVERY - 2,
+            "the two old bursts are pruned"
+        );
         assert_eq!(w.used(s(45)), s(1) + ms(2500));
     }
 

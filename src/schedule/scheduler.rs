@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::budget::{secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
+use super::budget::{nanos, secs_to_duration, stretch, BurstWindow, Gate, MAX_GAP};
 use super::path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey,
@@ -192,7 +192,7 @@ struct Due(u64);
 
 impl Due {
     fn of(t: Duration) -> Due {
-        Due(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+        Due(nanos(t))
     }
 
     fn time(self) -> Duration {

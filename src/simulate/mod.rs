@@ -1,7 +1,7 @@
 //! `simulate`: the real scheduler and selection of every node of a synthetic cluster, run in
 //! virtual time (docs/scale.md, "Simulation").
 //!
-//! Each node has its own [`Selector`] and, per device, the scheduler state and [`Rotation`] of
+//! Each node has its own [`Selector`] and, per device, the scheduler state and [`Rotation`](crate::schedule::Rotation) of
 //! a real node (seeded by its name and the device's); all share one [`Layout`] of the cluster.
 //! Each rail of the cluster has its own event queue of its devices' next wake-ups (a due path,
 //! the end of a burst or of a `busy` answer), so the cost is per burst, not per node and tick,
@@ -18,7 +18,7 @@
 //!   probe families), every node `series_per_node` plus `series_per_device` per rail, and one
 //!   `peer_info` per peer with a path on `/metrics`; a path leaves `/metrics` when it is out of
 //!   the selection and has not been probed for `series_ttl`, or when the series budget needs
-//!   the room ([`SeriesBudget`]).
+//!   the room ([`SeriesBudget`](crate::metrics::budget::SeriesBudget)).
 
 mod accounts;
 mod rail;

@@ -5,7 +5,7 @@
 //! device on `r` to a peer's device on `r`, so only probers of the same rail meet at a
 //! responder; each device of a node has its own scheduler state and random generator
 //! ([`ScheduleKey::device_seed`](crate::schedule::ScheduleKey::device_seed)); and what the
-//! rails of a node share (the rotation of the sampled peers, the selection) changes only at
+//! rails of a node share (its selection of peers, whose sampled part rotates) changes only at
 //! rounds, which every node starts at the same virtual time. So each rail runs its own events,
 //! in time order, up to a round or a chunk's end, on whichever thread holds it, and gives the
 //! same figures as one queue for the whole cluster would.
@@ -418,7 +418,7 @@ impl RailSim {
         (dev.paths, dev.duty)
     }
 
-    /// Node `n`'s burst time on this rail so far.
+    /// Node `n`'s bursts on this rail so far (not `busy` answers).
     pub fn bursts(&self, n: usize) -> u64 {
         self.devices[n].burst.bursts
     }

@@ -1,8 +1,9 @@
 //! `simulate`: the real scheduler and selection of every node of a synthetic cluster, run in
 //! virtual time (docs/scale.md, "Simulation").
 //!
-//! Each node has its own [`Selector`] and, per device, the scheduler state and [`Rotation`](crate::schedule::Rotation) of
-//! a real node (seeded by its name and the device's); all share one [`Layout`] of the cluster.
+//! Each node has its own [`Selector`] and, per device, the scheduler state and
+//! [`Rotation`](crate::schedule::Rotation) of a real node (seeded by its name and the device's);
+//! all share one [`Layout`] of the cluster.
 //! Each rail of the cluster has its own event queue of its devices' next wake-ups (a due path,
 //! the end of a burst or of a `busy` answer), so the cost is per burst, not per node and tick,
 //! and the rails run side by side on every core between two rounds (module `rail` says why
@@ -236,15 +237,15 @@ fn fitted_plans(
     )
 }
 
-/// The fixed path (same group or full mesh) of one device with the longest plan. The scheduler
+/// A fixed path (same group or full mesh) of one device with the longest plan. The scheduler
 /// stretches all the intervals of a device by one factor, so the longest interval it gives a
-/// fixed path is that path's.
+/// fixed path is that path's (any of them, on a tie).
 fn longest_fixed_plan(plans: &[PathPlan<SimKey>], selected: &[Selected<SimKey>]) -> Option<SimKey> {
     plans
         .iter()
         .zip(selected)
         .filter(|(_, s)| s.role != Role::Sampled)
-        .max_by(|(a, _), (b, _)| a.interval.cmp(&b.interval).then(b.key.cmp(&a.key)))
+        .max_by_key(|(plan, _)| plan.interval)
         .map(|(plan, _)| plan.key)
 }
 
@@ -394,13 +395,11 @@ impl<'a> Sim<'a> {
         let wanted = self.select(0, true);
         for (rail, selections) in self.rails.iter_mut().zip(wanted) {
             for (n, selection) in selections.into_iter().enumerate() {
-                let mut selected = selection.fixed.unwrap_or_default();
-                selected.extend(selection.sampled);
-                let planned = rail.start_node(n, selected, &self.ctx)?;
+                let planned = rail.start_node(n, selection, &self.ctx)?;
                 let stats = &mut self.accounts[n].stats;
                 stats.planned_interval = stats.planned_interval.max(planned);
             }
-            rail.start_queue();
+            rail.rebuild_queue();
         }
         Ok(())
     }
@@ -451,9 +450,10 @@ impl<'a> Sim<'a> {
         until: u64,
     ) -> Result<(), SimulateError> {
         let ctx = &self.ctx;
-        let mut groups: Vec<Vec<&mut RailSim>> = (0..self.threads).map(|_| Vec::new()).collect();
+        let threads = self.threads.min(self.rails.len());
+        let mut groups: Vec<Vec<&mut RailSim>> = (0..threads).map(|_| Vec::new()).collect();
         for (r, rail) in self.rails.iter_mut().enumerate() {
-            groups[r % self.threads].push(rail);
+            groups[r % threads].push(rail);
         }
         let results = parallel(groups, |group| {
             group.into_iter().try_for_each(|rail| {

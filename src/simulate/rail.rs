@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler, Selected};
+use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler};
 
 use super::stats::RailGaps;
 use super::{
@@ -142,17 +142,19 @@ impl RailSim {
         })
     }
 
-    /// Round 0 of node `n`: `selected` are its paths on this rail. Returns the longest interval
-    /// the scheduler gives one of its fixed paths.
+    /// Round 0 of node `n`, with its paths on this rail. Returns the longest interval the
+    /// scheduler gives one of its fixed paths.
     pub fn start_node(
         &mut self,
         n: usize,
-        selected: Vec<Selected<SimKey>>,
+        selection: RailSelection,
         ctx: &Context,
     ) -> Result<Duration, SimulateError> {
         let dev = &mut self.devices[n];
-        let sampled = selected.iter().filter(|s| !s.role.is_preferred());
-        dev.rotation.advance(0, sampled.map(|s| s.key).collect());
+        let sampled = selection.sampled.iter().map(|s| s.key).collect();
+        dev.rotation.advance(0, sampled);
+        let mut selected = selection.fixed.unwrap_or_default();
+        selected.extend(selection.sampled);
         let plans = fitted_plans(ctx.config, &selected, ctx.shares[n]);
         let longest = longest_fixed_plan(&plans, &selected);
         dev.sched
@@ -171,12 +173,9 @@ impl RailSim {
         self.rail
     }
 
-    /// After every node started: the queue of their first wake-ups.
-    pub fn start_queue(&mut self) {
-        self.rebuild_queue();
-    }
-
-    fn rebuild_queue(&mut self) {
+    /// The queue of every node's wake-up on this rail, afresh (after the start, and after a
+    /// round that moved them all).
+    pub fn rebuild_queue(&mut self) {
         let entries: Vec<Reverse<(u64, u32)>> = (self.devices.iter().enumerate())
             .map(|(n, d)| Reverse((d.wake, n as u32)))
             .collect();

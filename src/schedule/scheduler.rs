@@ -140,45 +140,110 @@ pub enum Completion {
     NotRunning,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Running {
-    started: Duration,
-}
+/// No time: a path never dispatched, or not retrying after `busy`.
+const UNSET: u64 = u64::MAX;
 
+/// A path's schedule and counters, times in nanoseconds since the caller's epoch.
+///
+/// Two cache lines, aligned, in the order the scheduler touches them: a dispatch reads and
+/// writes only the first; a completion both. A cluster simulation keeps millions of these,
+/// each cold when its burst comes, so every line a burst touches counts
+/// (see `docs/scale.md`, "Simulation"). The key is not kept here: the device's index, its
+/// idle index and its running burst each hold it.
 #[derive(Debug, Clone)]
-struct PathState<K> {
-    plan: PathPlan<K>,
-    next_due: Duration,
-    /// While retrying after `busy`: the regular slot where retries give up.
-    retry_until: Option<Duration>,
-    /// Busy retries dispatched in the current slot.
-    retries: u32,
-    backoff: Duration,
-    running: Option<Running>,
+#[repr(C, align(64))]
+struct PathState {
+    // What a dispatch needs, and most of what a completion needs.
+    /// While retrying after `busy`: the regular slot where retries give up; [`UNSET`] if not.
+    retry_until: u64,
+    backoff: u64,
+    /// Start of the last dispatch; [`UNSET`] before the first.
+    started: u64,
+    next_due: u64,
     /// Moving average of burst time, seconds.
     cost: f64,
-    stats: PathStats,
+    /// The plan's interval, in seconds (as `Duration::as_secs_f64` gives it).
+    interval_secs: f64,
+    jitter: f64,
+    /// Busy retries dispatched in the current slot.
+    retries: u32,
+    /// A burst of this path runs (it started at `started`).
+    running: bool,
+    // What only a completion (or a change of plan) needs.
+    /// The plan's interval.
+    interval: u64,
+    expected_burst: u64,
+    successes: u64,
+    failures: u64,
+    deferred_busy: u64,
+    deferred_budget: u64,
+    consecutive_failures: u64,
+    /// Start of the last successful burst; [`UNSET`] before the first.
+    last_success: u64,
 }
 
-impl<K> PathState<K> {
-    fn new(plan: PathPlan<K>, backoff: Duration) -> Self {
+impl PathState {
+    fn new<K>(plan: &PathPlan<K>, backoff: Duration) -> Self {
         PathState {
+            retry_until: UNSET,
+            backoff: nanos(backoff),
+            started: UNSET,
+            next_due: 0,
             cost: plan.expected_burst.as_secs_f64(),
-            plan,
-            next_due: Duration::ZERO,
-            retry_until: None,
+            interval_secs: plan.interval.as_secs_f64(),
+            jitter: plan.jitter,
             retries: 0,
-            backoff,
-            running: None,
-            stats: PathStats::default(),
+            running: false,
+            interval: nanos(plan.interval),
+            expected_burst: nanos(plan.expected_burst),
+            successes: 0,
+            failures: 0,
+            deferred_busy: 0,
+            deferred_budget: 0,
+            consecutive_failures: 0,
+            last_success: UNSET,
         }
+    }
+
+    /// A new plan for the path (same key): its interval and jitter from now on; a new expected
+    /// burst resets the cost estimate.
+    fn set_plan<K>(&mut self, plan: &PathPlan<K>) {
+        if nanos(plan.expected_burst) != self.expected_burst {
+            self.cost = plan.expected_burst.as_secs_f64();
+            self.expected_burst = nanos(plan.expected_burst);
+        }
+        self.interval = nanos(plan.interval);
+        self.interval_secs = plan.interval.as_secs_f64();
+        self.jitter = plan.jitter;
     }
 
     /// `interval × stretch`.
     fn effective_interval(&self, stretch: f64) -> Duration {
-        secs_to_duration(self.plan.interval.as_secs_f64() * stretch)
+        secs_to_duration(self.interval_secs * stretch)
+    }
+
+    fn stats(&self) -> PathStats {
+        let time = |t: u64| (t != UNSET).then(|| Duration::from_nanos(t));
+        PathStats {
+            // Every dispatch ends in one of these, or still runs.
+            dispatched: self.successes
+                + self.failures
+                + self.deferred_busy
+                + u64::from(self.running),
+            successes: self.successes,
+            failures: self.failures,
+            deferred_busy: self.deferred_busy,
+            deferred_budget: self.deferred_budget,
+            consecutive_failures: self.consecutive_failures,
+            last_start: time(self.started),
+            last_success: time(self.last_success),
+        }
     }
 }
+
+/// Two cache lines, so that a dispatch touches one.
+const _: () = assert!(std::mem::size_of::<PathState>() == 128);
+const _: () = assert!(std::mem::size_of::<Option<PathState>>() == 128);
 
 /// Where a path's state lives in its device's [`DeviceState::slots`]. Slots are stable while
 /// the path stays in the set, so the idle index and the running burst point at a path without
@@ -212,7 +277,7 @@ struct RunningBurst<K> {
 #[derive(Debug, Clone)]
 struct DeviceState<K> {
     /// Path states by slot; `None` for a free slot (listed in `free`).
-    slots: Vec<Option<PathState<K>>>,
+    slots: Vec<Option<PathState>>,
     free: Vec<Slot>,
     /// Slot of every path, in key order: lookups by key (set changes, status) and iteration.
     index: BTreeMap<K, Slot>,
@@ -266,11 +331,11 @@ impl<K: ScheduleKey> DeviceState<K> {
         self.index.is_empty()
     }
 
-    fn path(&self, slot: Slot) -> Option<&PathState<K>> {
+    fn path(&self, slot: Slot) -> Option<&PathState> {
         self.slots.get(slot as usize)?.as_ref()
     }
 
-    fn path_mut(&mut self, slot: Slot) -> Option<&mut PathState<K>> {
+    fn path_mut(&mut self, slot: Slot) -> Option<&mut PathState> {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
@@ -279,14 +344,14 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 
     /// The states of the paths, in key order.
-    fn paths(&self) -> impl Iterator<Item = (&K, &PathState<K>)> {
+    fn paths(&self) -> impl Iterator<Item = (&K, &PathState)> {
         self.index
             .iter()
             .filter_map(|(k, &slot)| Some((k, self.path(slot)?)))
     }
 
     /// Adds a path (not in the set yet) in a free slot.
-    fn insert_path(&mut self, key: K, state: PathState<K>) -> Slot {
+    fn insert_path(&mut self, key: K, state: PathState) -> Slot {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(state);
@@ -302,11 +367,11 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 
     /// Takes a path out of the set, and out of the idle index; a burst it runs is no longer its.
-    fn remove_path(&mut self, key: &K) -> Option<PathState<K>> {
+    fn remove_path(&mut self, key: &K) -> Option<PathState> {
         let slot = self.index.remove(key)?;
         let state = self.slots.get_mut(slot as usize)?.take()?;
         self.free.push(slot);
-        self.unindex_idle(state.next_due, key);
+        self.unindex_idle(Due(state.next_due), key);
         if let Some(run) = self.running.as_mut().filter(|r| r.slot == Some(slot)) {
             run.slot = None;
         }
@@ -320,10 +385,7 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 
     fn sum_demand(&mut self) {
-        self.demand = self
-            .paths()
-            .map(|(_, p)| p.cost / p.plan.interval.as_secs_f64())
-            .sum();
+        self.demand = self.paths().map(|(_, p)| p.cost / p.interval_secs).sum();
     }
 
     /// Rebuilds the index of idle paths (after the path set changed).
@@ -333,9 +395,7 @@ impl<K: ScheduleKey> DeviceState<K> {
             .iter()
             .filter_map(|(k, &slot)| {
                 let p = self.path(slot)?;
-                p.running
-                    .is_none()
-                    .then(|| (Due::of(p.next_due), k.clone(), slot))
+                (!p.running).then(|| (Due(p.next_due), k.clone(), slot))
             })
             .collect();
         idle.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
@@ -345,9 +405,8 @@ impl<K: ScheduleKey> DeviceState<K> {
     /// Where `(due, key)` goes in (or is in) the idle index. A path's next due time is usually
     /// among the latest (about one interval ahead), so the last few entries are looked at first:
     /// they share a cache line or two, where a bisection would touch lines all over the ring.
-    fn idle_position(&self, due: Duration, key: &K) -> usize {
+    fn idle_position(&self, due: Due, key: &K) -> usize {
         const LOOK_FROM_THE_BACK: usize = 4;
-        let due = Due::of(due);
         let before = |i: usize| {
             let (d, k, _) = &self.idle[i];
             (*d, k) < (due, key)
@@ -372,17 +431,17 @@ impl<K: ScheduleKey> DeviceState<K> {
         start
     }
 
-    fn index_idle_path(&mut self, due: Duration, key: K, slot: Slot) {
+    fn index_idle_path(&mut self, due: Due, key: K, slot: Slot) {
         let at = self.idle_position(due, &key);
-        self.idle.insert(at, (Due::of(due), key, slot));
+        self.idle.insert(at, (due, key, slot));
     }
 
-    fn unindex_idle(&mut self, due: Duration, key: &K) {
+    fn unindex_idle(&mut self, due: Due, key: &K) {
         let at = self.idle_position(due, key);
         if self
             .idle
             .get(at)
-            .is_some_and(|(d, k, _)| *d == Due::of(due) && k == key)
+            .is_some_and(|(d, k, _)| *d == due && k == key)
         {
             self.idle.remove(at);
         }
@@ -613,17 +672,14 @@ impl<K: ScheduleKey> Scheduler<K> {
                         let Some(s) = dev.path_mut(slot) else {
                             continue;
                         };
-                        if plan.interval < s.plan.interval {
+                        if nanos(plan.interval) < s.interval {
                             to_phase.push((slot, true));
                         }
-                        if plan.expected_burst != s.plan.expected_burst {
-                            s.cost = plan.expected_burst.as_secs_f64();
-                        }
-                        s.plan = plan;
+                        s.set_plan(&plan);
                     }
                     None => {
-                        let key = plan.key.clone();
-                        let slot = dev.insert_path(key, PathState::new(plan, config.busy_backoff));
+                        let state = PathState::new(&plan, config.busy_backoff);
+                        let slot = dev.insert_path(plan.key, state);
                         to_phase.push((slot, false));
                     }
                 }
@@ -638,7 +694,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 let Some(p) = dev.path_mut(slot) else {
                     continue;
                 };
-                let due = now.saturating_add(phase);
+                let due = nanos(now.saturating_add(phase));
                 p.next_due = if pulled_in { p.next_due.min(due) } else { due };
             }
             dev.index_idle();
@@ -718,23 +774,20 @@ impl<K: ScheduleKey> Scheduler<K> {
         // The dispatched path is the first idle one.
         let (_, key, _) = dev.idle.pop_front()?;
         let p = dev.path_mut(slot)?;
-        let attempt = match p.retry_until {
-            Some(until) if now < until => {
-                p.retries += 1;
-                Attempt::BusyRetry(p.retries)
-            }
-            _ => {
-                p.retry_until = None;
-                p.retries = 0;
-                p.backoff = backoff;
-                Attempt::Regular
-            }
+        let started = nanos(now);
+        let attempt = if p.retry_until != UNSET && started < p.retry_until {
+            p.retries += 1;
+            Attempt::BusyRetry(p.retries)
+        } else {
+            p.retry_until = UNSET;
+            p.retries = 0;
+            p.backoff = nanos(backoff);
+            Attempt::Regular
         };
-        p.running = Some(Running { started: now });
-        p.stats.dispatched += 1;
-        p.stats.last_start = Some(now);
+        p.running = true;
+        p.started = started;
         if budget_deferred {
-            p.stats.deferred_budget += 1;
+            p.deferred_budget += 1;
             dev.deferred_budget += 1;
         }
         dev.running = Some(RunningBurst {
@@ -801,7 +854,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         let Some(dev) = self.devices.at_mut(i) else {
             return Completion::PathGone;
         };
-        dev.index_idle_path(next_due, key.clone(), slot);
+        dev.index_idle_path(Due(next_due), key.clone(), slot);
         Completion::Recorded
     }
 
@@ -813,7 +866,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         slot: Slot,
         outcome: Outcome,
         now: Duration,
-    ) -> Option<Duration> {
+    ) -> Option<u64> {
         let config = &self.config;
         let dev = self.devices.at_mut(i)?;
         // One lookup of the path: its fields and the device's demand are borrowed apart.
@@ -825,42 +878,52 @@ impl<K: ScheduleKey> Scheduler<K> {
             ..
         } = dev;
         let p = slots.get_mut(slot as usize)?.as_mut()?;
-        let run = p.running.take()?;
+        if !p.running {
+            return None;
+        }
+        p.running = false;
+        let started = p.started;
         if outcome.kind != OutcomeKind::Busy {
             let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
             p.cost += change;
-            *demand += change / p.plan.interval.as_secs_f64();
+            *demand += change / p.interval_secs;
         }
         let factor = stretch(*demand, config.duty_cycle);
-        let jitter = 1.0 + p.plan.jitter * (2.0 * rng.unit() - 1.0);
-        let gap = secs_to_duration(p.plan.interval.as_secs_f64() * factor * jitter);
+        let jitter = 1.0 + p.jitter * (2.0 * rng.unit() - 1.0);
+        let gap = nanos(secs_to_duration(p.interval_secs * factor * jitter));
         match outcome.kind {
             OutcomeKind::Success | OutcomeKind::Failure => {
                 if outcome.kind == OutcomeKind::Success {
-                    p.stats.successes += 1;
-                    p.stats.consecutive_failures = 0;
-                    p.stats.last_success = Some(run.started);
+                    p.successes += 1;
+                    p.consecutive_failures = 0;
+                    p.last_success = started;
                 } else {
-                    p.stats.failures += 1;
-                    p.stats.consecutive_failures += 1;
+                    p.failures += 1;
+                    p.consecutive_failures += 1;
                 }
-                p.next_due = run.started.saturating_add(gap);
-                p.retry_until = None;
+                p.next_due = started.saturating_add(gap);
+                p.retry_until = UNSET;
                 p.retries = 0;
-                p.backoff = config.busy_backoff;
+                p.backoff = nanos(config.busy_backoff);
             }
             OutcomeKind::Busy => {
-                p.stats.deferred_busy += 1;
+                p.deferred_busy += 1;
                 *deferred_busy += 1;
-                let slot = *p.retry_until.get_or_insert(run.started.saturating_add(gap));
-                let retry = now.saturating_add(p.backoff);
+                if p.retry_until == UNSET {
+                    p.retry_until = started.saturating_add(gap);
+                }
+                let slot = p.retry_until;
+                let retry = nanos(now).saturating_add(p.backoff);
                 if retry < slot {
                     p.next_due = retry;
-                    p.backoff = p.backoff.saturating_mul(2).min(config.busy_backoff_max);
+                    p.backoff = p
+                        .backoff
+                        .saturating_mul(2)
+                        .min(nanos(config.busy_backoff_max));
                 } else {
                     // No room left in this interval: wait for the next regular slot.
                     p.next_due = slot;
-                    p.retry_until = None;
+                    p.retry_until = UNSET;
                 }
             }
         }
@@ -919,12 +982,12 @@ impl<K: ScheduleKey> Scheduler<K> {
         let p = d.path(d.slot_of(key)?)?;
         let factor = stretch(d.demand(), self.config.duty_cycle);
         Some(PathStatus {
-            next_due: p.next_due,
-            running: p.running.is_some(),
-            retry_until: p.retry_until,
+            next_due: Duration::from_nanos(p.next_due),
+            running: p.running,
+            retry_until: (p.retry_until != UNSET).then(|| Duration::from_nanos(p.retry_until)),
             effective_interval: p.effective_interval(factor),
             cost: secs_to_duration(p.cost),
-            stats: p.stats,
+            stats: p.stats(),
         })
     }
 
@@ -960,9 +1023,15 @@ impl<K: ScheduleKey> Scheduler<K> {
             let mut copy = dev.clone();
             copy.index_idle();
             assert_eq!(copy.idle, dev.idle, "{name:?}: idle index");
+            let slots: BTreeSet<Slot> = dev.index.values().copied().collect();
+            assert_eq!(slots.len(), dev.index.len(), "{name:?}: a slot per path");
             for (key, &slot) in &dev.index {
                 let p = dev.path(slot).expect("an indexed slot holds a path");
-                assert_eq!(&p.plan.key, key, "{name:?}: slot {slot}");
+                let runs_here = dev
+                    .running
+                    .as_ref()
+                    .is_some_and(|r| r.slot == Some(slot) && &r.key == key);
+                assert_eq!(p.running, runs_here, "{name:?}: {key:?} running");
             }
             let used = dev.slots.iter().filter(|s| s.is_some()).count();
             assert_eq!(used, dev.index.len(), "{name:?}: slots in use");

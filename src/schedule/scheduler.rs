@@ -366,6 +366,12 @@ impl<K: ScheduleKey> DeviceState<K> {
         slot
     }
 
+    /// Room for `paths` more paths, beyond the free slots.
+    fn reserve(&mut self, paths: usize) {
+        self.slots
+            .reserve_exact(paths.saturating_sub(self.free.len()));
+    }
+
     /// Takes a path out of the set, and out of the idle index; a burst it runs is no longer its.
     fn remove_path(&mut self, key: &K) -> Option<PathState> {
         let slot = self.index.remove(key)?;
@@ -664,6 +670,9 @@ impl<K: ScheduleKey> Scheduler<K> {
                 DeviceState::new(now, config, device_rng(node_seed, K::device_seed(&name)))
             });
             touched.remove(&name);
+            // Room for the new paths, and no more: a cluster simulation holds millions.
+            let fresh = plans.iter().filter(|p| dev.slot_of(&p.key).is_none()).count();
+            dev.reserve(fresh);
             // (slot, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
             for plan in plans {

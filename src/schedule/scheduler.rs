@@ -1,6 +1,7 @@
 //! The [`Scheduler`]: per-path due times, one burst per local device, busy backoff, budget.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -145,33 +146,32 @@ const UNSET: u64 = u64::MAX;
 
 /// A path's schedule and counters, times in nanoseconds since the caller's epoch.
 ///
-/// Two cache lines, aligned, in the order the scheduler touches them: a dispatch reads and
-/// writes only the first; a completion both. A cluster simulation keeps millions of these,
-/// each cold when its burst comes, so every line a burst touches counts
-/// (see `docs/scale.md`, "Simulation"). The key is not kept here: the device's index, its
-/// idle index and its running burst each hold it.
+/// Two cache lines, aligned: a completion touches both, a regular dispatch neither (what it
+/// needs is in the idle index, what it starts in the device's [`RunningBurst`]). A cluster
+/// simulation keeps millions of these, each cold when its burst comes, so every line a burst
+/// touches counts (see `docs/scale.md`, "Simulation"). The key is not kept here: the device's
+/// index, its idle index and its running burst each hold it.
+///
+/// Whether the path's burst runs is the device's to say ([`DeviceState::runs`]).
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
 struct PathState {
-    // What a dispatch needs, and most of what a completion needs.
-    /// While retrying after `busy`: the regular slot where retries give up; [`UNSET`] if not.
+    /// While retrying after `busy`: the regular slot where retries give up; [`UNSET`] if not,
+    /// and then `retries` is 0.
     retry_until: u64,
-    backoff: u64,
-    /// Start of the last dispatch; [`UNSET`] before the first.
-    started: u64,
+    /// Start of the last finished dispatch; [`UNSET`] before the first.
+    last_start: u64,
     next_due: u64,
     /// Moving average of burst time, seconds.
     cost: f64,
     /// The plan's interval, in seconds (as `Duration::as_secs_f64` gives it).
     interval_secs: f64,
     jitter: f64,
-    /// Busy retries dispatched in the current slot.
+    /// Busy retries dispatched in the current slot: the next `busy` answer waits the initial
+    /// backoff doubled this many times.
     retries: u32,
-    /// A burst of this path runs (it started at `started`).
-    running: bool,
-    // What only a completion (or a change of plan) needs.
-    /// The plan's interval.
-    interval: u64,
+    /// The plan's interval (never zero).
+    interval: NonZeroU64,
     expected_burst: u64,
     successes: u64,
     failures: u64,
@@ -183,18 +183,16 @@ struct PathState {
 }
 
 impl PathState {
-    fn new<K>(plan: &PathPlan<K>, backoff: Duration) -> Self {
+    fn new<K>(plan: &PathPlan<K>) -> Self {
         PathState {
             retry_until: UNSET,
-            backoff: nanos(backoff),
-            started: UNSET,
+            last_start: UNSET,
             next_due: 0,
             cost: plan.expected_burst.as_secs_f64(),
             interval_secs: plan.interval.as_secs_f64(),
             jitter: plan.jitter,
             retries: 0,
-            running: false,
-            interval: nanos(plan.interval),
+            interval: interval_nanos(plan.interval),
             expected_burst: nanos(plan.expected_burst),
             successes: 0,
             failures: 0,
@@ -212,7 +210,7 @@ impl PathState {
             self.cost = plan.expected_burst.as_secs_f64();
             self.expected_burst = nanos(plan.expected_burst);
         }
-        self.interval = nanos(plan.interval);
+        self.interval = interval_nanos(plan.interval);
         self.interval_secs = plan.interval.as_secs_f64();
         self.jitter = plan.jitter;
     }
@@ -222,23 +220,39 @@ impl PathState {
         secs_to_duration(self.interval_secs * stretch)
     }
 
-    fn stats(&self) -> PathStats {
+    /// Its counters, with those of `running`, its burst that runs if any.
+    fn stats<K>(&self, running: Option<&RunningBurst<K>>) -> PathStats {
         let time = |t: u64| (t != UNSET).then(|| Duration::from_nanos(t));
         PathStats {
             // Every dispatch ends in one of these, or still runs.
             dispatched: self.successes
                 + self.failures
                 + self.deferred_busy
-                + u64::from(self.running),
+                + u64::from(running.is_some()),
             successes: self.successes,
             failures: self.failures,
             deferred_busy: self.deferred_busy,
-            deferred_budget: self.deferred_budget,
+            deferred_budget: self.deferred_budget
+                + u64::from(running.is_some_and(|r| r.budget_deferred)),
             consecutive_failures: self.consecutive_failures,
-            last_start: time(self.started),
+            last_start: time(running.map_or(self.last_start, |r| r.started)),
             last_success: time(self.last_success),
         }
     }
+
+    /// What the next `busy` answer waits: the initial backoff, doubled for each retry of this
+    /// slot, up to the cap.
+    fn backoff(&self, config: &ScheduleConfig) -> u64 {
+        let doubled = 1u64.checked_shl(self.retries).unwrap_or(u64::MAX);
+        nanos(config.busy_backoff)
+            .saturating_mul(doubled)
+            .min(nanos(config.busy_backoff_max))
+    }
+}
+
+/// A plan's interval in nanoseconds; a valid plan's is never zero.
+fn interval_nanos(interval: Duration) -> NonZeroU64 {
+    NonZeroU64::new(nanos(interval)).unwrap_or(NonZeroU64::MIN)
 }
 
 /// Two cache lines, so that a dispatch touches one.
@@ -272,6 +286,32 @@ struct RunningBurst<K> {
     /// The path's slot; `None` once the path has left the set (its burst still holds the
     /// device until it is reported).
     slot: Option<Slot>,
+    /// Its start, in nanoseconds.
+    started: u64,
+    /// The budget held it back: counted in the path's counters when it is reported.
+    budget_deferred: bool,
+}
+
+/// A path without a running burst, in the idle index.
+#[derive(Debug, Clone, PartialEq)]
+struct Idle<K> {
+    due: Due,
+    key: K,
+    slot: Slot,
+    /// Retrying after `busy` (the path's `retry_until` is set): only then does a dispatch need
+    /// the path's state.
+    retrying: bool,
+}
+
+impl<K> Idle<K> {
+    fn of(p: &PathState, key: K, slot: Slot) -> Self {
+        Idle {
+            due: Due(p.next_due),
+            key,
+            slot,
+            retrying: p.retry_until != UNSET,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -286,7 +326,7 @@ struct DeviceState<K> {
     /// burst, so that a poll costs a look at the front, not a scan; a compact ring rather than a
     /// tree, because a simulated cluster polls ten thousand schedulers and every cache line
     /// touched counts. A new due time is usually among the latest, so an insert moves little.
-    idle: VecDeque<(Due, K, Slot)>,
+    idle: VecDeque<Idle<K>>,
     /// Σ cost / interval over the paths (see [`DeviceState::demand`]).
     demand: f64,
     /// The running burst, possibly of a path that has since left the set.
@@ -396,15 +436,13 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     /// Rebuilds the index of idle paths (after the path set changed).
     fn index_idle(&mut self) {
-        let mut idle: Vec<(Due, K, Slot)> = self
+        let mut idle: Vec<Idle<K>> = self
             .index
             .iter()
-            .filter_map(|(k, &slot)| {
-                let p = self.path(slot)?;
-                (!p.running).then(|| (Due(p.next_due), k.clone(), slot))
-            })
+            .filter(|(_, &slot)| !self.runs(slot))
+            .filter_map(|(k, &slot)| Some(Idle::of(self.path(slot)?, k.clone(), slot)))
             .collect();
-        idle.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        idle.sort_unstable_by(|a, b| (a.due, &a.key).cmp(&(b.due, &b.key)));
         self.idle = idle.into();
     }
 
@@ -414,8 +452,8 @@ impl<K: ScheduleKey> DeviceState<K> {
     fn idle_position(&self, due: Due, key: &K) -> usize {
         const LOOK_FROM_THE_BACK: usize = 4;
         let before = |i: usize| {
-            let (d, k, _) = &self.idle[i];
-            (*d, k) < (due, key)
+            let entry = &self.idle[i];
+            (entry.due, &entry.key) < (due, key)
         };
         let mut end = self.idle.len();
         for _ in 0..LOOK_FROM_THE_BACK {
@@ -437,9 +475,9 @@ impl<K: ScheduleKey> DeviceState<K> {
         start
     }
 
-    fn index_idle_path(&mut self, due: Due, key: K, slot: Slot) {
-        let at = self.idle_position(due, &key);
-        self.idle.insert(at, (due, key, slot));
+    fn index_idle_path(&mut self, entry: Idle<K>) {
+        let at = self.idle_position(entry.due, &entry.key);
+        self.idle.insert(at, entry);
     }
 
     fn unindex_idle(&mut self, due: Due, key: &K) {
@@ -447,15 +485,22 @@ impl<K: ScheduleKey> DeviceState<K> {
         if self
             .idle
             .get(at)
-            .is_some_and(|(d, k, _)| *d == due && k == key)
+            .is_some_and(|entry| entry.due == due && &entry.key == key)
         {
             self.idle.remove(at);
         }
     }
 
+    /// The path in `slot` has a running burst.
+    fn runs(&self, slot: Slot) -> bool {
+        self.running.as_ref().is_some_and(|r| r.slot == Some(slot))
+    }
+
     /// The path that goes next: the most overdue idle one (ties: key order).
     fn next_path(&self) -> Option<(&K, Duration)> {
-        self.idle.front().map(|(due, k, _)| (k, due.time()))
+        self.idle
+            .front()
+            .map(|entry| (&entry.key, entry.due.time()))
     }
 
     /// The earliest time this device may start its next burst, [`NEVER`] while one runs.
@@ -671,7 +716,10 @@ impl<K: ScheduleKey> Scheduler<K> {
             });
             touched.remove(&name);
             // Room for the new paths, and no more: a cluster simulation holds millions.
-            let fresh = plans.iter().filter(|p| dev.slot_of(&p.key).is_none()).count();
+            let fresh = plans
+                .iter()
+                .filter(|p| dev.slot_of(&p.key).is_none())
+                .count();
             dev.reserve(fresh);
             // (slot, pulled in: the interval got shorter) for paths needing a new due time.
             let mut to_phase = Vec::new();
@@ -681,13 +729,13 @@ impl<K: ScheduleKey> Scheduler<K> {
                         let Some(s) = dev.path_mut(slot) else {
                             continue;
                         };
-                        if nanos(plan.interval) < s.interval {
+                        if interval_nanos(plan.interval) < s.interval {
                             to_phase.push((slot, true));
                         }
                         s.set_plan(&plan);
                     }
                     None => {
-                        let state = PathState::new(&plan, config.busy_backoff);
+                        let state = PathState::new(&plan);
                         let slot = dev.insert_path(plan.key, state);
                         to_phase.push((slot, false));
                     }
@@ -763,45 +811,55 @@ impl<K: ScheduleKey> Scheduler<K> {
             let Some(dev) = self.devices.at_mut(i) else {
                 continue;
             };
-            if let Some(dispatch) = Self::dispatch(dev, now, self.config.busy_backoff) {
+            if let Some(dispatch) = Self::dispatch(dev, now) {
                 out.push(dispatch);
             }
             self.ready[i].1 = dev.ready_at();
         }
     }
 
-    /// Starts `dev`'s most overdue due path, if its gate is open and nothing runs.
-    fn dispatch(dev: &mut DeviceState<K>, now: Duration, backoff: Duration) -> Option<Dispatch<K>> {
+    /// Starts `dev`'s most overdue due path, if its gate is open and nothing runs. Only a path
+    /// retrying after `busy` has its state read: a regular dispatch is all in the idle index and
+    /// the running burst.
+    fn dispatch(dev: &mut DeviceState<K>, now: Duration) -> Option<Dispatch<K>> {
         if dev.running.is_some() || !dev.gate.is_open(now) {
             return None;
         }
-        let &(due, _, slot) = dev.idle.front().filter(|(due, ..)| *due <= Due::of(now))?;
-        let due = due.time();
+        let first = dev.idle.front().filter(|entry| entry.due <= Due::of(now))?;
+        let due = first.due.time();
         // Held back by the budget: the gate opened after the path was due and the device was
         // idle.
         let budget_deferred = dev.gate.open_at() > due.max(dev.idle_since);
         // The dispatched path is the first idle one.
-        let (_, key, _) = dev.idle.pop_front()?;
-        let p = dev.path_mut(slot)?;
+        let Idle {
+            key,
+            slot,
+            retrying,
+            ..
+        } = dev.idle.pop_front()?;
         let started = nanos(now);
-        let attempt = if p.retry_until != UNSET && started < p.retry_until {
-            p.retries += 1;
-            Attempt::BusyRetry(p.retries)
-        } else {
-            p.retry_until = UNSET;
-            p.retries = 0;
-            p.backoff = nanos(backoff);
-            Attempt::Regular
+        let attempt = match dev.path_mut(slot) {
+            Some(p) if retrying => {
+                if started < p.retry_until {
+                    p.retries += 1;
+                    Attempt::BusyRetry(p.retries)
+                } else {
+                    // Its slot came while it waited: retries are over.
+                    p.retry_until = UNSET;
+                    p.retries = 0;
+                    Attempt::Regular
+                }
+            }
+            _ => Attempt::Regular,
         };
-        p.running = true;
-        p.started = started;
         if budget_deferred {
-            p.deferred_budget += 1;
             dev.deferred_budget += 1;
         }
         dev.running = Some(RunningBurst {
             key: key.clone(),
             slot: Some(slot),
+            started,
+            budget_deferred,
         });
         Some(Dispatch {
             key,
@@ -839,11 +897,13 @@ impl<K: ScheduleKey> Scheduler<K> {
         let Some(dev) = self.devices.at_mut(i) else {
             return Completion::NotRunning;
         };
-        let slot = match &dev.running {
-            Some(run) if &run.key == key => run.slot,
-            _ => return Completion::NotRunning,
+        let run = match dev.running.take() {
+            Some(run) if &run.key == key => run,
+            other => {
+                dev.running = other;
+                return Completion::NotRunning;
+            }
         };
-        dev.running = None;
         dev.idle_since = now;
         dev.gate.charge(
             now,
@@ -854,28 +914,29 @@ impl<K: ScheduleKey> Scheduler<K> {
         dev.window.record(now, outcome.burst_time);
         dev.bursts += 1;
         dev.burst_time = dev.burst_time.saturating_add(outcome.burst_time);
-        let Some(slot) = slot else {
+        let Some(slot) = run.slot else {
             return Completion::PathGone;
         };
-        let Some(next_due) = self.reschedule_path(i, slot, outcome, now) else {
+        let Some(entry) = self.reschedule_path(i, slot, &run, outcome, now) else {
             return Completion::PathGone;
         };
         let Some(dev) = self.devices.at_mut(i) else {
             return Completion::PathGone;
         };
-        dev.index_idle_path(Due(next_due), key.clone(), slot);
+        dev.index_idle_path(entry);
         Completion::Recorded
     }
 
-    /// The path in `slot` of device `i` finished a burst with `outcome` at `now`: its cost,
-    /// counters and next due time. Returns the due time.
+    /// The path in `slot` of device `i` finished its burst `run` with `outcome` at `now`: its
+    /// cost, counters and next due time. Returns its entry in the idle index.
     fn reschedule_path(
         &mut self,
         i: usize,
         slot: Slot,
+        run: &RunningBurst<K>,
         outcome: Outcome,
         now: Duration,
-    ) -> Option<u64> {
+    ) -> Option<Idle<K>> {
         let config = &self.config;
         let dev = self.devices.at_mut(i)?;
         // One lookup of the path: its fields and the device's demand are borrowed apart.
@@ -887,11 +948,9 @@ impl<K: ScheduleKey> Scheduler<K> {
             ..
         } = dev;
         let p = slots.get_mut(slot as usize)?.as_mut()?;
-        if !p.running {
-            return None;
-        }
-        p.running = false;
-        let started = p.started;
+        let started = run.started;
+        p.last_start = started;
+        p.deferred_budget += u64::from(run.budget_deferred);
         if outcome.kind != OutcomeKind::Busy {
             let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
             p.cost += change;
@@ -913,7 +972,6 @@ impl<K: ScheduleKey> Scheduler<K> {
                 p.next_due = started.saturating_add(gap);
                 p.retry_until = UNSET;
                 p.retries = 0;
-                p.backoff = nanos(config.busy_backoff);
             }
             OutcomeKind::Busy => {
                 p.deferred_busy += 1;
@@ -922,21 +980,18 @@ impl<K: ScheduleKey> Scheduler<K> {
                     p.retry_until = started.saturating_add(gap);
                 }
                 let slot = p.retry_until;
-                let retry = nanos(now).saturating_add(p.backoff);
+                let retry = nanos(now).saturating_add(p.backoff(config));
                 if retry < slot {
                     p.next_due = retry;
-                    p.backoff = p
-                        .backoff
-                        .saturating_mul(2)
-                        .min(nanos(config.busy_backoff_max));
                 } else {
                     // No room left in this interval: wait for the next regular slot.
                     p.next_due = slot;
                     p.retry_until = UNSET;
+                    p.retries = 0;
                 }
             }
         }
-        Some(p.next_due)
+        Some(Idle::of(p, run.key.clone(), slot))
     }
 
     /// When [`poll`](Scheduler::poll) may next return something without a completion in
@@ -988,15 +1043,17 @@ impl<K: ScheduleKey> Scheduler<K> {
     /// Schedule and counters of one path of the current set.
     pub fn path_status(&self, key: &K) -> Option<PathStatus> {
         let d = self.devices.at(self.device_index(key.device())?)?;
-        let p = d.path(d.slot_of(key)?)?;
+        let slot = d.slot_of(key)?;
+        let p = d.path(slot)?;
+        let running = d.running.as_ref().filter(|r| r.slot == Some(slot));
         let factor = stretch(d.demand(), self.config.duty_cycle);
         Some(PathStatus {
             next_due: Duration::from_nanos(p.next_due),
-            running: p.running,
+            running: running.is_some(),
             retry_until: (p.retry_until != UNSET).then(|| Duration::from_nanos(p.retry_until)),
             effective_interval: p.effective_interval(factor),
             cost: secs_to_duration(p.cost),
-            stats: p.stats(),
+            stats: p.stats(running),
         })
     }
 
@@ -1036,11 +1093,12 @@ impl<K: ScheduleKey> Scheduler<K> {
             assert_eq!(slots.len(), dev.index.len(), "{name:?}: a slot per path");
             for (key, &slot) in &dev.index {
                 let p = dev.path(slot).expect("an indexed slot holds a path");
-                let runs_here = dev
-                    .running
-                    .as_ref()
-                    .is_some_and(|r| r.slot == Some(slot) && &r.key == key);
-                assert_eq!(p.running, runs_here, "{name:?}: {key:?} running");
+                if dev.runs(slot) {
+                    assert_eq!(dev.running.as_ref().map(|r| &r.key), Some(key), "{name:?}");
+                }
+                if p.retry_until == UNSET {
+                    assert_eq!(p.retries, 0, "{name:?}: {key:?} retries without a slot");
+                }
             }
             let used = dev.slots.iter().filter(|s| s.is_some()).count();
             assert_eq!(used, dev.index.len(), "{name:?}: slots in use");

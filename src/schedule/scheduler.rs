@@ -838,20 +838,19 @@ impl<K: ScheduleKey> Scheduler<K> {
             ..
         } = dev.idle.pop_front()?;
         let started = nanos(now);
-        let attempt = match dev.path_mut(slot) {
-            Some(p) if retrying => {
+        let mut attempt = Attempt::Regular;
+        if retrying {
+            if let Some(p) = dev.path_mut(slot) {
                 if started < p.retry_until {
                     p.retries += 1;
-                    Attempt::BusyRetry(p.retries)
+                    attempt = Attempt::BusyRetry(p.retries);
                 } else {
                     // Its slot came while it waited: retries are over.
                     p.retry_until = UNSET;
                     p.retries = 0;
-                    Attempt::Regular
                 }
             }
-            _ => Attempt::Regular,
-        };
+        }
         if budget_deferred {
             dev.deferred_budget += 1;
         }

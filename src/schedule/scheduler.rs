@@ -326,6 +326,9 @@ struct DeviceState<K> {
     /// burst, so that a poll costs a look at the front, not a scan; a compact ring rather than a
     /// tree, because a simulated cluster polls ten thousand schedulers and every cache line
     /// touched counts. A new due time is usually among the latest, so an insert moves little.
+    /// The ring has room for one entry a path and no more: all but the running path are in it,
+    /// so its back (where a completed path goes) is right before its front (where the next
+    /// dispatch comes from), and a burst touches one or two neighbouring cache lines of it.
     idle: VecDeque<Idle<K>>,
     /// Σ cost / interval over the paths (see [`DeviceState::demand`]).
     demand: f64,
@@ -436,14 +439,20 @@ impl<K: ScheduleKey> DeviceState<K> {
 
     /// Rebuilds the index of idle paths (after the path set changed).
     fn index_idle(&mut self) {
-        let mut idle: Vec<Idle<K>> = self
-            .index
-            .iter()
-            .filter(|(_, &slot)| !self.runs(slot))
-            .filter_map(|(k, &slot)| Some(Idle::of(self.path(slot)?, k.clone(), slot)))
-            .collect();
+        // Room for every path and no more: see `idle`.
+        let mut idle: Vec<Idle<K>> = Vec::with_capacity(self.len());
+        idle.extend(
+            (self.index.iter())
+                .filter(|(_, &slot)| !self.runs(slot))
+                .filter_map(|(k, &slot)| Some(Idle::of(self.path(slot)?, k.clone(), slot))),
+        );
         idle.sort_unstable_by(|a, b| (a.due, &a.key).cmp(&(b.due, &b.key)));
         self.idle = idle.into();
+    }
+
+    /// The idle index's room back to one entry a path, after paths left.
+    fn fit_idle(&mut self) {
+        self.idle.shrink_to(self.len());
     }
 
     /// Where `(due, key)` goes in (or is in) the idle index. A path's next due time is usually
@@ -761,6 +770,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         for name in touched {
             if let Some(dev) = self.devices.get_mut(&name) {
                 dev.sum_demand();
+                dev.fit_idle();
                 if dev.is_empty() && dev.running.is_none() {
                     self.devices.remove(&name);
                 }

@@ -456,10 +456,12 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 
     /// Where `(due, key)` goes in (or is in) the idle index. A path's next due time is usually
-    /// among the latest (about one interval ahead), so the last few entries are looked at first:
-    /// they share a cache line or two, where a bisection would touch lines all over the ring.
+    /// among the latest (about one interval ahead, give or take its jitter, as are the last
+    /// few due times), so the last entries are looked at first, one by one: they share a few
+    /// cache lines right before the front, which the next dispatch reads anyway, where a
+    /// bisection would touch lines all over the ring.
     fn idle_position(&self, due: Due, key: &K) -> usize {
-        const LOOK_FROM_THE_BACK: usize = 4;
+        const LOOK_FROM_THE_BACK: usize = 16;
         let before = |i: usize| {
             let entry = &self.idle[i];
             (entry.due, &entry.key) < (due, key)
@@ -926,13 +928,21 @@ impl<K: ScheduleKey> Scheduler<K> {
         let Some(slot) = run.slot else {
             return Completion::PathGone;
         };
+        // The latest due time in the idle index, read before the path's state: both are cold,
+        // and read one after the other they would be waited for one after the other.
+        let latest = dev.idle.back().map(|last| last.due);
         let Some(entry) = self.reschedule_path(i, slot, &run, outcome, now) else {
             return Completion::PathGone;
         };
         let Some(dev) = self.devices.at_mut(i) else {
             return Completion::PathGone;
         };
-        dev.index_idle_path(entry);
+        if latest.is_none_or(|latest| entry.due > latest) {
+            // The usual case: it goes last.
+            dev.idle.push_back(entry);
+        } else {
+            dev.index_idle_path(entry);
+        }
         Completion::Recorded
     }
 

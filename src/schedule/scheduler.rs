@@ -146,8 +146,9 @@ const UNSET: u64 = u64::MAX;
 
 /// A path's schedule and counters, times in nanoseconds since the caller's epoch.
 ///
-/// Two cache lines, aligned: a completion touches both, a regular dispatch neither (what it
-/// needs is in the idle index, what it starts in the device's [`RunningBurst`]). A cluster
+/// Two cache lines, aligned: a successful completion touches the first, a failure or `busy`
+/// answer both, a regular dispatch neither (what it needs is in the idle index, what it
+/// starts in the device's [`RunningBurst`]). A cluster
 /// simulation keeps millions of these, each cold when its burst comes, so every line a burst
 /// touches counts (see `docs/scale.md`, "Simulation"). The key is not kept here: the device's
 /// index, its idle index and its running burst each hold it.
@@ -167,18 +168,25 @@ struct PathState {
     /// The plan's interval, in seconds (as `Duration::as_secs_f64` gives it).
     interval_secs: f64,
     jitter: f64,
+    successes: u64,
     /// Busy retries dispatched in the current slot: the next `busy` answer waits the initial
     /// backoff doubled this many times.
     retries: u32,
+    /// The last finished dispatch succeeded: `last_success` is `last_start` (written back when
+    /// another ends, so that a success touches only the first cache line).
+    last_start_succeeded: bool,
+    /// `consecutive_failures` is above zero (so that a success has it to reset only then).
+    failing: bool,
+    // The second cache line: what a failure, a `busy` answer or a change of plan needs.
     /// The plan's interval (never zero).
     interval: NonZeroU64,
     expected_burst: u64,
-    successes: u64,
     failures: u64,
     deferred_busy: u64,
     deferred_budget: u64,
     consecutive_failures: u64,
-    /// Start of the last successful burst; [`UNSET`] before the first.
+    /// Start of the last successful burst but the one in `last_start`; [`UNSET`] before the
+    /// first.
     last_success: u64,
 }
 
@@ -191,10 +199,12 @@ impl PathState {
             cost: plan.expected_burst.as_secs_f64(),
             interval_secs: plan.interval.as_secs_f64(),
             jitter: plan.jitter,
+            successes: 0,
             retries: 0,
+            last_start_succeeded: false,
+            failing: false,
             interval: interval_nanos(plan.interval),
             expected_burst: nanos(plan.expected_burst),
-            successes: 0,
             failures: 0,
             deferred_busy: 0,
             deferred_budget: 0,
@@ -236,7 +246,11 @@ impl PathState {
                 + u64::from(running.is_some_and(|r| r.budget_deferred)),
             consecutive_failures: self.consecutive_failures,
             last_start: time(running.map_or(self.last_start, |r| r.started)),
-            last_success: time(self.last_success),
+            last_success: time(if self.last_start_succeeded {
+                self.last_start
+            } else {
+                self.last_success
+            }),
         }
     }
 
@@ -258,6 +272,8 @@ fn interval_nanos(interval: Duration) -> NonZeroU64 {
 /// Two cache lines, so that a dispatch touches one.
 const _: () = assert!(std::mem::size_of::<PathState>() == 128);
 const _: () = assert!(std::mem::size_of::<Option<PathState>>() == 128);
+/// What a success touches is in the first.
+const _: () = assert!(std::mem::offset_of!(PathState, failing) < 64);
 
 /// Where a path's state lives in its device's [`DeviceState::slots`]. Slots are stable while
 /// the path stays in the set, so the idle index and the running burst point at a path without
@@ -968,8 +984,15 @@ impl<K: ScheduleKey> Scheduler<K> {
         } = dev;
         let p = slots.get_mut(slot as usize)?.as_mut()?;
         let started = run.started;
+        if outcome.kind != OutcomeKind::Success && p.last_start_succeeded {
+            // `last_start` is about to change: the success it was goes where it is kept.
+            p.last_success = p.last_start;
+            p.last_start_succeeded = false;
+        }
         p.last_start = started;
-        p.deferred_budget += u64::from(run.budget_deferred);
+        if run.budget_deferred {
+            p.deferred_budget += 1;
+        }
         if outcome.kind != OutcomeKind::Busy {
             let change = COST_EWMA_WEIGHT * (outcome.burst_time.as_secs_f64() - p.cost);
             p.cost += change;
@@ -982,11 +1005,15 @@ impl<K: ScheduleKey> Scheduler<K> {
             OutcomeKind::Success | OutcomeKind::Failure => {
                 if outcome.kind == OutcomeKind::Success {
                     p.successes += 1;
-                    p.consecutive_failures = 0;
-                    p.last_success = started;
+                    p.last_start_succeeded = true;
+                    if p.failing {
+                        p.consecutive_failures = 0;
+                        p.failing = false;
+                    }
                 } else {
                     p.failures += 1;
                     p.consecutive_failures += 1;
+                    p.failing = true;
                 }
                 p.next_due = started.saturating_add(gap);
                 p.retry_until = UNSET;
@@ -1118,6 +1145,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 if p.retry_until == UNSET {
                     assert_eq!(p.retries, 0, "{name:?}: {key:?} retries without a slot");
                 }
+                assert_eq!(p.failing, p.consecutive_failures > 0, "{name:?}: {key:?}");
             }
             let used = dev.slots.iter().filter(|s| s.is_some()).count();
             assert_eq!(used, dev.index.len(), "{name:?}: slots in use");

@@ -270,6 +270,58 @@ fn success_and_failure_wait_a_full_interval_from_the_start() {
     assert_eq!(st.dispatched, 3);
 }
 
+/// The counters through every outcome, and while a burst runs (what it adds shows at once).
+#[test]
+fn counters_follow_every_outcome() {
+    let mut sc = unbudgeted(9);
+    sc.set_paths(vec![plan("d", "a", s(60))], s(0)).unwrap();
+    let k = key("d", "a");
+    let mut t = s(0);
+    run_until_dispatched(&mut sc, &k, &mut t);
+    let first = t;
+    let stats = |sc: &Scheduler| sc.path_status(&k).unwrap().stats;
+    let running = stats(&sc);
+    assert_eq!((running.dispatched, running.last_start), (1, Some(first)));
+    assert_eq!(running.last_success, None);
+    sc.completed(&k, Outcome::success(s(1)), first + s(1));
+    assert_eq!(stats(&sc).last_success, Some(first));
+    // A `busy` answer, then a failure: the last success stays the first burst.
+    let second = first + s(60);
+    assert_eq!(sc.poll(second).len(), 1);
+    assert_eq!(stats(&sc).last_start, Some(second));
+    assert_eq!(stats(&sc).last_success, Some(first));
+    sc.completed(&k, Outcome::busy(Duration::ZERO), second);
+    let retry = sc.path_status(&k).unwrap().next_due;
+    assert_eq!(retry, second + DEFAULT_BUSY_BACKOFF);
+    let d = sc.poll(retry);
+    assert_eq!(d[0].attempt, Attempt::BusyRetry(1));
+    sc.completed(&k, Outcome::failure(s(1)), retry + s(1));
+    let st = stats(&sc);
+    assert_eq!(
+        (st.dispatched, st.successes, st.failures, st.deferred_busy),
+        (3, 1, 1, 1)
+    );
+    assert_eq!(st.consecutive_failures, 1);
+    assert_eq!((st.last_start, st.last_success), (Some(retry), Some(first)));
+    // A success resets the failures and is the last success (a full interval after the
+    // retry's start).
+    let third = retry + s(60);
+    assert_eq!(sc.poll(third)[0].attempt, Attempt::Regular);
+    sc.completed(&k, Outcome::success(s(1)), third + s(1));
+    let st = stats(&sc);
+    assert_eq!((st.consecutive_failures, st.successes), (0, 2));
+    assert_eq!((st.last_start, st.last_success), (Some(third), Some(third)));
+    // Two failures in a row count from zero again, and keep that success.
+    for n in 1..=2u64 {
+        let at = third + s(60 * n);
+        assert_eq!(sc.poll(at).len(), 1);
+        sc.completed(&k, Outcome::failure(s(1)), at + s(1));
+        assert_eq!(stats(&sc).consecutive_failures, n);
+        assert_eq!(stats(&sc).last_success, Some(third));
+    }
+    assert_eq!(stats(&sc).dispatched, 6);
+}
+
 #[test]
 fn jittered_gaps_stay_within_bounds() {
     let mut sc = unbudgeted(11);

@@ -150,7 +150,7 @@ const UNSET: u64 = u64::MAX;
 /// answer both, a regular dispatch neither (what it needs is in the idle index, what it
 /// starts in the device's [`RunningBurst`]). A cluster
 /// simulation keeps millions of these, each cold when its burst comes, so every line a burst
-/// touches counts (see `docs/scale.md`, "Simulation"). The key is not kept here: the device's
+/// touches counts (see `docs/scale.md`, "Against the targets"). The key is not kept here: the device's
 /// index, its idle index and its running burst each hold it.
 ///
 /// Whether the path's burst runs is the device's to say ([`DeviceState::runs`]).

@@ -148,10 +148,10 @@ const UNSET: u64 = u64::MAX;
 ///
 /// Two cache lines, aligned: a successful completion touches the first, a failure or `busy`
 /// answer both, a regular dispatch neither (what it needs is in the idle index, what it
-/// starts in the device's [`RunningBurst`]). A cluster
-/// simulation keeps millions of these, each cold when its burst comes, so every line a burst
-/// touches counts (see `docs/scale.md`, "Against the targets"). The key is not kept here: the device's
-/// index, its idle index and its running burst each hold it.
+/// starts in the device's [`RunningBurst`]). A cluster simulation keeps millions of these,
+/// each cold when its burst comes, so every line a burst touches counts (see `docs/scale.md`,
+/// "Against the targets"). The key is not kept here: the device's index, its idle index and
+/// its running burst each hold it.
 ///
 /// Whether the path's burst runs is the device's to say ([`DeviceState::runs`]).
 #[derive(Debug, Clone)]

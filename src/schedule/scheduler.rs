@@ -518,9 +518,14 @@ impl<K: ScheduleKey> DeviceState<K> {
         }
     }
 
+    /// The running burst, if it is the path's in `slot`.
+    fn running_of(&self, slot: Slot) -> Option<&RunningBurst<K>> {
+        self.running.as_ref().filter(|r| r.slot == Some(slot))
+    }
+
     /// The path in `slot` has a running burst.
     fn runs(&self, slot: Slot) -> bool {
-        self.running.as_ref().is_some_and(|r| r.slot == Some(slot))
+        self.running_of(slot).is_some()
     }
 
     /// The path that goes next: the most overdue idle one (ties: key order).
@@ -1091,7 +1096,7 @@ impl<K: ScheduleKey> Scheduler<K> {
         let d = self.devices.at(self.device_index(key.device())?)?;
         let slot = d.slot_of(key)?;
         let p = d.path(slot)?;
-        let running = d.running.as_ref().filter(|r| r.slot == Some(slot));
+        let running = d.running_of(slot);
         let factor = stretch(d.demand(), self.config.duty_cycle);
         Some(PathStatus {
             next_due: Duration::from_nanos(p.next_due),

@@ -142,6 +142,13 @@ impl BurstWindow {
         }
     }
 
+    /// Starts loading the newest end of the ring, where the next record goes.
+    pub(crate) fn prefetch(&self) {
+        if let Some(last) = self.bursts.back() {
+            super::prefetch::prefetch(last);
+        }
+    }
+
     /// Burst time within `[now − window, now]`.
     pub(crate) fn used(&self, now: Duration) -> Duration {
         let from = nanos(now.saturating_sub(self.window));

@@ -38,6 +38,7 @@
 
 mod budget;
 mod path;
+mod prefetch;
 mod rng;
 mod scheduler;
 pub mod select;
@@ -51,6 +52,7 @@ pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey, MAX_INTERVAL,
 };
+pub use prefetch::prefetch;
 pub use rng::seed_from_name;
 pub use scheduler::{
     Completion, DeviceStats, PathStatus, ScheduleConfig, Scheduler, DEFAULT_BUSY_BACKOFF,

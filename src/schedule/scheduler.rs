@@ -11,6 +11,7 @@ use super::path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey,
 };
+use super::prefetch::prefetch;
 use super::rng::{device_rng, SplitMix64};
 
 /// Default share of a device's wall time that bursts may take.
@@ -1043,6 +1044,59 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
         }
         Some(Idle::of(p, run.key.clone(), slot))
+    }
+
+    /// Starts loading this scheduler's own fields, which a poll or completion reads first: a
+    /// hint (see [`prefetch`](super::prefetch)) for a caller that keeps many schedulers and
+    /// knows which it will step next. Reads nothing itself; the other two hints, given later,
+    /// read what this one loads.
+    pub fn prefetch_summary(&self) {
+        prefetch(&self.devices);
+        prefetch(&self.ready);
+        prefetch(&self.config);
+        prefetch(&self.node_seed);
+    }
+
+    /// Starts loading the device states (after [`prefetch_summary`](Self::prefetch_summary)).
+    pub fn prefetch_devices(&self) {
+        for (_, dev) in self.devices.iter() {
+            prefetch(&dev.idle);
+            prefetch(&dev.window);
+            prefetch(&dev.running);
+            prefetch(&dev.gate);
+            prefetch(&dev.index);
+        }
+    }
+
+    /// Starts loading what a poll or completion reads through the device states (after
+    /// [`prefetch_devices`](Self::prefetch_devices)): the ends of the idle index, the running
+    /// path's state, the burst window's newest end.
+    pub fn prefetch_paths(&self) {
+        for (_, dev) in self.devices.iter() {
+            if let Some(entry) = dev.idle.front() {
+                prefetch(entry);
+            }
+            // The last entries, where a completed path's new due time is looked for from the
+            // back (`idle_position`): three entries apart, one in each cache line.
+            for back in [1, 4, 7] {
+                if let Some(entry) = dev
+                    .idle
+                    .len()
+                    .checked_sub(back)
+                    .and_then(|i| dev.idle.get(i))
+                {
+                    prefetch(entry);
+                }
+            }
+            // The slot, not the path in it: whether it holds one is read from the line to load.
+            if let Some(slot) = (dev.running.as_ref())
+                .and_then(|run| run.slot)
+                .and_then(|slot| dev.slots.get(slot as usize))
+            {
+                prefetch(slot);
+            }
+            dev.window.prefetch();
+        }
     }
 
     /// When [`poll`](Scheduler::poll) may next return something without a completion in

@@ -22,6 +22,7 @@
 //!   the room ([`SeriesBudget`](crate::metrics::budget::SeriesBudget)).
 
 mod accounts;
+mod queue;
 mod rail;
 mod report;
 mod stats;

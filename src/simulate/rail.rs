@@ -14,12 +14,11 @@
 //! the rails did and never changes it: each rail logs its probes ([`Probe`]) for the node's
 //! accounts, which replay them in time order (module `accounts`).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler};
+use crate::schedule::{prefetch, Dispatch, Outcome, PathPlan, Rotation, Scheduler};
 
+use super::queue::{WakeQueue, AHEAD};
 use super::stats::RailGaps;
 use super::{
     fitted_plans, longest_fixed_plan, nanos, Context, RailSelection, SimKey, SimulateError,
@@ -55,7 +54,9 @@ struct Burst {
 }
 
 /// A node's device on this rail: its scheduler, the sampled paths of the rail in this round,
-/// its burst, and what it showed at the last round (for the node's sample).
+/// its burst, and what it showed at the last round (for the node's sample). Aligned to cache
+/// lines, so that loading one ahead ([`RailSim::prefetch_ahead`]) takes whole lines.
+#[repr(align(64))]
 struct Device {
     sched: Scheduler<SimKey>,
     rotation: Rotation<SimKey>,
@@ -83,7 +84,7 @@ pub(super) struct RailSim {
     /// Per node, its responder device on this rail.
     responders: Vec<Responder>,
     /// Each device's next wake-up `(ns, node)`, one entry per node: a step moves its entry.
-    queue: BinaryHeap<Reverse<(u64, u32)>>,
+    queue: WakeQueue,
     pub gaps: RailGaps,
     /// The buffer of each step's dispatches (one allocation for the whole run).
     dispatches: Vec<Dispatch<SimKey>>,
@@ -130,7 +131,7 @@ impl RailSim {
             rail,
             devices,
             responders: vec![Responder::default(); nodes],
-            queue: BinaryHeap::with_capacity(nodes),
+            queue: WakeQueue::default(),
             gaps: RailGaps::new(ctx.config, rail, ctx.groups, ctx.track_all),
             dispatches: Vec::with_capacity(1),
             log: Vec::new(),
@@ -176,22 +177,47 @@ impl RailSim {
     /// The queue of every node's wake-up on this rail, afresh (after the start, and after a
     /// round that moved them all).
     pub fn rebuild_queue(&mut self) {
-        let entries: Vec<Reverse<(u64, u32)>> = (self.devices.iter().enumerate())
-            .map(|(n, d)| Reverse((d.wake, n as u32)))
-            .collect();
-        self.queue = BinaryHeap::from(entries);
+        let entries = (self.devices.iter().enumerate()).map(|(n, d)| (d.wake, n as u32));
+        self.queue = WakeQueue::new(entries);
     }
 
     /// Runs every wake-up before `until` (ns), in time order (ties: node order).
     pub fn run_until(&mut self, until: u64, ctx: &Context) {
-        while let Some(&Reverse((wake, n))) = self.queue.peek() {
+        while let Some((wake, n)) = self.queue.first() {
             if wake >= until {
                 break;
             }
+            self.prefetch_ahead();
             let next = self.step(n as usize, wake, ctx);
             // The node's entry is still the first: it moves to the node's next wake-up.
-            if let Some(mut first) = self.queue.peek_mut() {
-                *first = Reverse((next, n));
+            self.queue.replace_first((next, n));
+        }
+    }
+
+    /// Starts loading the state of the devices that step next, in three stages as they come
+    /// nearer in the queue, each reading what the one before loaded: a device's own fields,
+    /// then its scheduler's device state, then the paths and the responder its step reads. A
+    /// device's state is cold when its step comes (each comes every few seconds of virtual
+    /// time, after thousands of others), and loaded one after the other its lines would be
+    /// waited for one after the other. A hint: it changes no result.
+    fn prefetch_ahead(&self) {
+        if let Some((_, n)) = self.queue.ahead(AHEAD - 1) {
+            let dev = &self.devices[n as usize];
+            prefetch(&dev.burst);
+            prefetch(&dev.rotation);
+            dev.sched.prefetch_summary();
+        }
+        if let Some((_, n)) = self.queue.ahead(10) {
+            self.devices[n as usize].sched.prefetch_devices();
+        }
+        if let Some((_, n)) = self.queue.ahead(5) {
+            let dev = &self.devices[n as usize];
+            dev.sched.prefetch_paths();
+            dev.rotation.prefetch();
+        }
+        if let Some((_, n)) = self.queue.ahead(2) {
+            if let Some((key, _)) = self.devices[n as usize].sched.next_due(&self.rail) {
+                prefetch(&self.responders[key.peer as usize]);
             }
         }
     }

@@ -218,6 +218,7 @@ impl RailSim {
         if let Some((_, n)) = self.queue.ahead(2) {
             if let Some((key, _)) = self.devices[n as usize].sched.next_due(&self.rail) {
                 prefetch(&self.responders[key.peer as usize]);
+                self.gaps.prefetch(n as usize, key.peer as usize);
             }
         }
     }

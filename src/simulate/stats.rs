@@ -136,6 +136,14 @@ impl RailGaps {
         }
     }
 
+    /// Starts loading what [`record`](Self::record) of `n` probing `peer` touches (a hint).
+    pub fn prefetch(&self, n: usize, peer: usize) {
+        let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
+        if let Some(pair) = self.pairs.get(g * self.groups + h).filter(|_| g != h) {
+            crate::schedule::prefetch(pair);
+        }
+    }
+
     /// Node `n` probed `peer` on this rail at `t` (ns).
     pub fn record(&mut self, n: usize, peer: usize, t: u64) {
         let now = ms(Duration::from_nanos(t));

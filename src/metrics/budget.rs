@@ -327,6 +327,25 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             .len()
     }
 
+    /// Starts loading what the next probes' [`record`](Self::record) and
+    /// [`expire`](Self::expire) read: every path's entry and both ends of each order. A hint
+    /// (see [`prefetch`](crate::schedule::prefetch)) for a caller that keeps many budgets and
+    /// knows which it will use next (the cluster simulation).
+    pub fn prefetch(&self) {
+        use crate::schedule::prefetch;
+        for entry in self.paths.values() {
+            prefetch(entry);
+        }
+        for order in [&self.sampled, &self.preferred] {
+            for slot in [order.slots.front(), order.slots.back()]
+                .into_iter()
+                .flatten()
+            {
+                prefetch(slot);
+            }
+        }
+    }
+
     /// A probe of `key` at `now` leaves it with `series`; `preferred`: a same-group or
     /// full-mesh path.
     pub fn record(

@@ -477,8 +477,12 @@ impl<'a> Sim<'a> {
         let parts: Vec<(usize, &mut [Accounts])> =
             self.accounts.chunks_mut(per_thread).enumerate().collect();
         parallel(parts, |(i, part)| {
-            for (k, accounts) in part.iter_mut().enumerate() {
+            for k in 0..part.len() {
                 let n = i * per_thread + k;
+                if let Some(next) = part.get(k + 1) {
+                    next.prefetch();
+                }
+                let accounts = &mut part[k];
                 if sample {
                     accounts.sample(n, Duration::from_nanos(from), rails, ctx);
                 }

@@ -83,6 +83,9 @@ struct RadixHeap {
     /// Bucket `b` holds the entries whose highest bit differing from `last` is bit `b − 1`;
     /// bucket 0 those equal to it.
     buckets: Vec<Vec<u128>>,
+    /// Bit `b − 1` set: bucket `b` holds entries (so that finding the first is one instruction,
+    /// not a walk over the buckets).
+    occupied: u128,
 }
 
 impl Default for RadixHeap {
@@ -90,6 +93,7 @@ impl Default for RadixHeap {
         RadixHeap {
             last: 0,
             buckets: vec![Vec::new(); 129],
+            occupied: 0,
         }
     }
 }
@@ -111,19 +115,29 @@ impl RadixHeap {
     fn push(&mut self, w: Wake) {
         let k = key(w);
         debug_assert!(k >= self.last, "a wake-up before the last one taken");
+        self.put(k);
+    }
+
+    fn put(&mut self, k: u128) {
         let b = self.bucket(k);
         self.buckets[b].push(k);
+        if b > 0 {
+            self.occupied |= 1 << (b - 1);
+        }
     }
 
     /// The least entry, once the bucket of equal ones holds it.
     fn first(&mut self) -> Option<Wake> {
         if self.buckets[0].is_empty() {
-            let b = self.buckets.iter().position(|b| !b.is_empty())?;
+            if self.occupied == 0 {
+                return None;
+            }
+            let b = self.occupied.trailing_zeros() as usize + 1;
+            self.occupied &= !(1 << (b - 1));
             let mut spread = std::mem::take(&mut self.buckets[b]);
             self.last = spread.iter().copied().min()?;
             for k in spread.drain(..) {
-                let to = self.bucket(k);
-                self.buckets[to].push(k);
+                self.put(k);
             }
             // Its room, for the next entries of this bucket (none went back into it: they all
             // agree with the new `last` above bit `b − 1`).

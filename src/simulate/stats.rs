@@ -51,6 +51,14 @@ impl NodeStats {
         }
     }
 
+    /// Starts loading the table of same-group paths, a cache line at a time (a hint).
+    pub fn prefetch(&self) {
+        let per_line = (64 / std::mem::size_of::<(u32, u32)>()).max(1);
+        for entry in self.same.iter().step_by(per_line) {
+            crate::schedule::prefetch(entry);
+        }
+    }
+
     /// A probe (not a `busy` answer) of `peer` on `rail` started at `t`; returns how many
     /// probes the path has had (same-group paths; other paths count 1).
     pub fn record_probe(&mut self, rail: u16, peer: usize, same_group: bool, t: Duration) -> u32 {

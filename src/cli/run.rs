@@ -71,9 +71,11 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
 }
 
 /// glibc's malloc settings for `simulate`: transparent huge pages for its heap (where the
-/// kernel leaves them to `madvise`), and no trimming, so that pages once faulted stay.
-const SIMULATE_MALLOC_TUNABLES: &str =
-    "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:glibc.malloc.top_pad=67108864";
+/// kernel leaves them to `madvise`), no trimming, and buffers up to 32 MiB (a rail's log of
+/// probes, its queue) from the heap rather than from a mapping of their own, so that pages once
+/// faulted stay: each new mapping is zeroed by the kernel and each unmapping stops both cores.
+const SIMULATE_MALLOC_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:\
+     glibc.malloc.top_pad=67108864:glibc.malloc.mmap_threshold=33554432";
 
 /// Runs this `simulate` again, in place, with [`SIMULATE_MALLOC_TUNABLES`] added to
 /// `GLIBC_TUNABLES`, unless that already says something of `glibc.malloc.hugetlb` (which is

@@ -74,7 +74,8 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
 /// kernel leaves them to `madvise`), no trimming, and buffers up to 32 MiB (a rail's log of
 /// probes, its queue) from the heap rather than from a mapping of their own, so that pages once
 /// faulted stay: each new mapping is zeroed by the kernel and each unmapping stops both cores.
-const SIMULATE_MALLOC_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:\
+const SIMULATE_MALLOC_TUNABLES: &str =
+    "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:\
      glibc.malloc.top_pad=67108864:glibc.malloc.mmap_threshold=33554432";
 
 /// Runs this `simulate` again, in place, with [`SIMULATE_MALLOC_TUNABLES`] added to

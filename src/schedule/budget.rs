@@ -142,10 +142,16 @@ impl BurstWindow {
         }
     }
 
-    /// Starts loading the newest end of the ring, where the next record goes.
+    /// Starts loading the newest end of the ring, where the next record goes, and its oldest
+    /// end when that record prunes.
     pub(crate) fn prefetch(&self) {
         if let Some(last) = self.bursts.back() {
             super::prefetch::prefetch(last);
+        }
+        if (self.bursts.len() + 1).is_multiple_of(PRUNE_EVERY) {
+            if let Some(first) = self.bursts.front() {
+                super::prefetch::prefetch(first);
+            }
         }
     }
 

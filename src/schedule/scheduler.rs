@@ -1078,7 +1078,7 @@ impl<K: ScheduleKey> Scheduler<K> {
             }
             // The last entries, where a completed path's new due time is looked for from the
             // back (`idle_position`): three entries apart, one in each cache line.
-            for back in [1, 4, 7] {
+            for back in [1, 4] {
                 if let Some(entry) = dev
                     .idle
                     .len()

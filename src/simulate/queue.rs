@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 pub(super) type Wake = (u64, u32);
 
 /// How many of the next wake-ups are kept in order ahead of the rest.
-pub(super) const AHEAD: usize = 16;
+pub(super) const AHEAD: usize = 32;
 
 /// A priority queue of wake-ups: the first [`AHEAD`] or more in order in `soon`, the rest in a
 /// radix heap. Every entry of `soon` comes before every entry of `later`, so the first of

@@ -207,15 +207,18 @@ impl RailSim {
             prefetch(&dev.rotation);
             dev.sched.prefetch_summary();
         }
-        if let Some((_, n)) = self.queue.ahead(10) {
+        if let Some((_, n)) = self.queue.ahead(20) {
             self.devices[n as usize].sched.prefetch_devices();
         }
-        if let Some((_, n)) = self.queue.ahead(5) {
+        if let Some((_, n)) = self.queue.ahead(10) {
             let dev = &self.devices[n as usize];
             dev.sched.prefetch_paths();
-            dev.rotation.prefetch();
+            if dev.burst.running && dev.burst.sampled {
+                // Its completion marks the sampled path probed.
+                dev.rotation.prefetch();
+            }
         }
-        if let Some((_, n)) = self.queue.ahead(2) {
+        if let Some((_, n)) = self.queue.ahead(3) {
             if let Some((key, _)) = self.devices[n as usize].sched.next_due(&self.rail) {
                 prefetch(&self.responders[key.peer as usize]);
                 self.gaps.prefetch(n as usize, key.peer as usize);

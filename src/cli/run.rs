@@ -72,8 +72,9 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
 
 /// glibc's malloc settings for `simulate`: transparent huge pages for its heap (where the
 /// kernel leaves them to `madvise`), no trimming, and buffers up to 32 MiB (a rail's log of
-/// probes, its queue) from the heap rather than from a mapping of their own, so that pages once
-/// faulted stay: each new mapping is zeroed by the kernel and each unmapping stops both cores.
+/// probes) from the heap rather than from a mapping of their own, so that pages once faulted
+/// stay: each new mapping is zeroed by the kernel, each unmapping flushes the TLBs
+/// (docs/scale.md, "Simulation").
 const SIMULATE_MALLOC_TUNABLES: &str =
     "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:\
      glibc.malloc.top_pad=67108864:glibc.malloc.mmap_threshold=33554432";

@@ -104,6 +104,11 @@ pub(crate) struct BurstWindow {
     bursts: VecDeque<(u64, u64)>,
 }
 
+/// Whether a record that leaves `len` bursts in the window drops those that left it.
+fn prunes_at(len: usize) -> bool {
+    len.is_multiple_of(PRUNE_EVERY)
+}
+
 /// `t` in nanoseconds, saturating (584 years).
 pub(crate) fn nanos(t: Duration) -> u64 {
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
@@ -134,7 +139,7 @@ impl BurstWindow {
         // Bursts that left the window count for nothing in `used`, so they are dropped in
         // batches, not one at each record: most records then touch only the newest end of the
         // ring (one cache line, where a device state is cold when its next burst ends).
-        if self.bursts.len().is_multiple_of(PRUNE_EVERY) {
+        if prunes_at(self.bursts.len()) {
             let from = nanos(end.saturating_sub(self.window));
             while self.bursts.front().is_some_and(|&(_, e)| e <= from) {
                 self.bursts.pop_front();
@@ -148,7 +153,7 @@ impl BurstWindow {
         if let Some(last) = self.bursts.back() {
             super::prefetch::prefetch(last);
         }
-        if (self.bursts.len() + 1).is_multiple_of(PRUNE_EVERY) {
+        if prunes_at((self.bursts.len() + 1).min(MAX_WINDOW_BURSTS)) {
             if let Some(first) = self.bursts.front() {
                 super::prefetch::prefetch(first);
             }

@@ -52,7 +52,7 @@ pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey, MAX_INTERVAL,
 };
-pub use prefetch::prefetch;
+pub use prefetch::{prefetch, CACHE_LINE};
 pub use rng::seed_from_name;
 pub use scheduler::{
     Completion, DeviceStats, PathStatus, ScheduleConfig, Scheduler, DEFAULT_BUSY_BACKOFF,

@@ -1077,7 +1077,7 @@ impl<K: ScheduleKey> Scheduler<K> {
                 prefetch(entry);
             }
             // The last entries, where a completed path's new due time is looked for from the
-            // back (`idle_position`): three entries apart, one in each cache line.
+            // back (`idle_position`): the last and the one three before it, in the line before.
             for back in [1, 4] {
                 if let Some(entry) = dev
                     .idle

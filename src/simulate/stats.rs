@@ -53,7 +53,7 @@ impl NodeStats {
 
     /// Starts loading the table of same-group paths, a cache line at a time (a hint).
     pub fn prefetch(&self) {
-        let per_line = (64 / std::mem::size_of::<(u32, u32)>()).max(1);
+        let per_line = (crate::schedule::CACHE_LINE / std::mem::size_of::<(u32, u32)>()).max(1);
         for entry in self.same.iter().step_by(per_line) {
             crate::schedule::prefetch(entry);
         }
@@ -144,10 +144,15 @@ impl RailGaps {
         }
     }
 
+    /// The cell in `pairs` of `n` probing `peer`: none within a group.
+    fn pair_of(&self, n: usize, peer: usize) -> Option<usize> {
+        let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
+        (g != h).then_some(g * self.groups + h)
+    }
+
     /// Starts loading what [`record`](Self::record) of `n` probing `peer` touches (a hint).
     pub fn prefetch(&self, n: usize, peer: usize) {
-        let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
-        if let Some(pair) = self.pairs.get(g * self.groups + h).filter(|_| g != h) {
+        if let Some(pair) = self.pair_of(n, peer).and_then(|i| self.pairs.get(i)) {
             crate::schedule::prefetch(pair);
         }
     }
@@ -155,9 +160,8 @@ impl RailGaps {
     /// Node `n` probed `peer` on this rail at `t` (ns).
     pub fn record(&mut self, n: usize, peer: usize, t: u64) {
         let now = ms(Duration::from_nanos(t));
-        let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
-        if g != h {
-            let (last, gap) = &mut self.pairs[g * self.groups + h];
+        if let Some(pair) = self.pair_of(n, peer) {
+            let (last, gap) = &mut self.pairs[pair];
             *gap = (*gap).max(now - *last);
             *last = now;
         }

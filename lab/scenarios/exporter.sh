@@ -8,7 +8,7 @@
 #     taken with POST /-/reload and SIGHUP leaves the exporter running; a file that gives node1
 #     and node2 by address alone labels node2's path with its address and its peer_info with
 #     the name it reports, and skips node1's own address once it said who it is;
-#  4. node1 probes node2 with 5 s bursts and gets SIGTERM in the middle of one: it exits 0
+#  4. node1 probes node2 with 10 s bursts and gets SIGTERM in the middle of one: it exits 0
 #     within 2 s, and node2's responder keeps serving node3.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
@@ -76,7 +76,7 @@ success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$1\",peer_device=\"r
 # sum FAMILY PEER: the sum of a family's samples of one peer.
 sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
 above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
-above_count() { [ "$(started)" -gt "$1" ]; }
+started() { grep -c 'probe started.*node2' exporter.log; }
 no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
 others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; done; }
 
@@ -156,12 +156,27 @@ lab_barrier reloads-done
 
 # 4. SIGTERM in the middle of a burst.
 if [ "$LAB_NODE" = node1 ]; then
-  # 5 s bursts every ~5.5 s; SIGTERM goes as soon as the log says the second probe of node2
-  # after the reload started (a burst of the new shape), well inside its 5 s.
-  started() { grep -c 'probe started.*node2' exporter.log; }
+  # 10 s bursts every 11 s. The reload is applied when POST /-/reload answers, so every probe
+  # that starts after it has the new shape. A probe can also end at once (node2 answers `busy`
+  # while node3's burst runs into it), so SIGTERM goes only once a probe started after the
+  # reload is still running 0.7 s later. The guests are emulated and the burst loads them: each
+  # check is one awk, and the burst is long enough for checks that take seconds.
+  BURST=10s INTERVAL=11s DUTY=100% write_config node2
+  lab_result midburst_reload_status "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/-/reload")"
   before=$(started)
-  BURST=5s INTERVAL=5500ms DUTY=100% write_config node2
-  lab_wait_for "a long burst to node2" 60 above_count $((before + 1)) || exit 1
+  # in_flight: prints how many probes of node2 have started when one that started after the
+  # reload is running (its "probe ended" not logged yet).
+  in_flight() {
+    awk -v before="$before" '/probe started.*node2/ { s++ } /probe ended.*node2/ { e++ }
+      END { if (s > before && s > e) print s; else exit 1 }' exporter.log
+  }
+  long_burst_running() {
+    local n
+    n=$(in_flight) || return 1
+    sleep 0.7
+    [ "$(in_flight)" = "$n" ]
+  }
+  lab_wait_for "a long burst to node2 running" 60 long_burst_running || exit 1
   stop_exporter
   lab_result midburst_stop_seconds "$stop_seconds"
   lab_result midburst_stop_status "$stop_status"

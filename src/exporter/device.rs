@@ -104,6 +104,12 @@ impl DeviceWorker {
                         }
                         outcome = self.probe(*spec, &request) => outcome,
                     };
+                    tracing::debug!(
+                        path = %key,
+                        ran = outcome.report.is_some(),
+                        deferred = outcome.deferred.as_deref().unwrap_or(""),
+                        "probe ended"
+                    );
                     if !keep_warm {
                         if let Some((_, warm)) = self.sessions.remove(&key) {
                             warm.close().await;

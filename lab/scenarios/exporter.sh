@@ -76,7 +76,6 @@ success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$1\",peer_device=\"r
 # sum FAMILY PEER: the sum of a family's samples of one peer.
 sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
 above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
-started() { grep -c 'probe started.*node2' exporter.log; }
 no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
 others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; done; }
 
@@ -163,12 +162,15 @@ if [ "$LAB_NODE" = node1 ]; then
   # check is one awk, and the burst is long enough for checks that take seconds.
   BURST=10s INTERVAL=11s DUTY=100% write_config node2
   lab_result midburst_reload_status "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/-/reload")"
-  before=$(started)
+  # probes: how many probes of node2 the log shows started, then how many ended.
+  probes() { awk '/probe started.*node2/ { s++ } /probe ended.*node2/ { e++ } END { print s + 0, e + 0 }' exporter.log; }
+  read -r before _ <<<"$(probes)"
   # in_flight: prints how many probes of node2 have started when one that started after the
   # reload is running (its "probe ended" not logged yet).
   in_flight() {
-    awk -v before="$before" '/probe started.*node2/ { s++ } /probe ended.*node2/ { e++ }
-      END { if (s > before && s > e) print s; else exit 1 }' exporter.log
+    local started ended
+    read -r started ended <<<"$(probes)"
+    [ "$started" -gt "$before" ] && [ "$started" -gt "$ended" ] && echo "$started"
   }
   long_burst_running() {
     local n

@@ -37,7 +37,7 @@ impl WakeQueue {
         self.soon.front().copied()
     }
 
-    /// The `i`-th wake-up after the first, if it is among the next [`AHEAD`].
+    /// The wake-up `i` places after the first (0: the first), if it is among the next [`AHEAD`].
     pub fn ahead(&self, i: usize) -> Option<Wake> {
         self.soon.get(i).copied()
     }

@@ -1883,9 +1883,6 @@ mod tests {
         );
     }
 
-    /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
-    /// deferral) and prints the time and series count; asserts only that every path is there.
-    /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
     #[test]
     fn peer_info_gains_what_the_peer_said_and_never_the_path_labels() {
         let metrics = Metrics::for_exporter();
@@ -1972,6 +1969,9 @@ mod tests {
         );
     }
 
+    /// Renders the families for 1,000 paths (each with successes, a failure reason and a busy
+    /// deferral) and prints the time and series count; asserts only that every path is there.
+    /// `cargo test --release --lib render_1000_paths -- --ignored --nocapture`
     #[test]
     #[ignore = "benchmark: run by hand, see its doc comment"]
     fn render_1000_paths() {

@@ -1,4 +1,5 @@
-# Sourced by scripts/install-deps and lab/setup: installs Debian packages by name.
+# Sourced by scripts/install-deps and lab/setup: installs Debian packages by name, and finds the
+# host's Debian mirror for a suite that its apt sources do not list (lab/setup's pinned kernel).
 #
 # Whether a package is there is asked of dpkg by the package's own name, never guessed from files
 # that a neighbouring package may also ship (`libclang-cpp14` puts a `libclang-cpp.so.14` under
@@ -39,4 +40,29 @@ ensure_debian_packages() {
   local still
   still=$(debian_missing_packages $missing | tr '\n' ' ')
   [ -z "$still" ] || { echo "$who: still not installed after apt-get: $still" >&2; return 1; }
+}
+
+# Prints the URI of the host's own Debian mirror that serves SUITE, as its apt sources name it
+# (deb822 `.sources` files or one-line `sources.list`): the security archive's for a `*-security`
+# suite, the main archive's otherwise. Nothing when the host's sources name no such archive.
+debian_mirror() {
+  local archive=debian
+  case $1 in *-security) archive=debian-security ;; esac
+  awk -v a="/$archive/?\$" '/^URIs:/ && $2 ~ a {print $2; exit} /^deb / && $2 !~ /^\[/ && $2 ~ a {print $2; exit}' \
+    /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true
+}
+
+# debian_suite_apt DIR SUITE: a package list of SUITE alone (from the host's mirror for it, see
+# debian_mirror) kept in DIR, for looking up and downloading a few packages by exact version
+# without touching the host's apt sources. Sets DEBIAN_SUITE_APT to the options that make
+# apt-get and apt-cache use it.
+debian_suite_apt() {
+  local dir=$1 suite=$2 mirror
+  mirror=$(debian_mirror "$suite")
+  [ -n "$mirror" ] || { echo "the host's apt sources name no Debian mirror for $suite" >&2; return 1; }
+  mkdir -p "$dir/lists/partial" "$dir/archives/partial"
+  echo "deb $mirror $suite main" >"$dir/sources.list"
+  DEBIAN_SUITE_APT=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir")
+  apt-get "${DEBIAN_SUITE_APT[@]}" update -q >&2 || { echo "apt-get update for $suite failed" >&2; return 1; }
 }

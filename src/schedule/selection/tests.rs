@@ -439,6 +439,7 @@ proptest! {
             for rail in 0..rails {
                 let mine = sampled.iter().filter(|(p, k)| p == n && k.rail == Some(rail)).count();
                 prop_assert!(mine <= share + runs, "{n} rail {rail}: {mine} > {share} + {runs}");
+                prop_assert!(mine + runs >= share, "{n} rail {rail}: {mine} < {share} - {runs}");
             }
             let group_size = s.coverage().group_size;
             let same: BTreeSet<String> = s.select(round).into_iter()

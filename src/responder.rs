@@ -1355,8 +1355,19 @@ mod tests {
         }
     }
 
-    /// Accepts connections on loopback and admits each; returns the listener's address and a
-    /// channel of admission results (the permits are held until the receiver drops them).
+    /// Waits until `done` holds (a state the server reached: the signal a test synchronises
+    /// on, never a guessed sleep); fails after 5 s.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "not within 5 s: {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Accepts connections on loopback and admits each; returns the listener's address, a
+    /// channel of admission results (the permits are held until the receiver drops them) and
+    /// the handshake slots (how many connections are in their handshake).
     async fn admitting(
         admission: Admission,
     ) -> (
@@ -1364,11 +1375,13 @@ mod tests {
         tokio::sync::mpsc::UnboundedReceiver<
             Result<(String, OwnedSemaphorePermit), SessionFailure>,
         >,
+        Arc<HandshakeSlots>,
     ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let admission = Arc::new(admission);
+        let slots = Arc::clone(&admission.handshakes);
         tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
@@ -1385,7 +1398,7 @@ mod tests {
                 });
             }
         });
-        (addr, rx)
+        (addr, rx, slots)
     }
 
     /// A prober's connection to `addr` after its handshake as `node` (no key), and what the
@@ -1401,13 +1414,16 @@ mod tests {
 
     #[tokio::test]
     async fn silent_strangers_cannot_take_the_only_session() {
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
+        let (addr, mut results, slots) = admitting(Admission::new(&settings(1, 4), None)).await;
         // Three connections that never say hello hold handshake permits, not the session.
         let mut strangers = Vec::new();
         for _ in 0..3 {
             strangers.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until("the strangers in their handshakes", || {
+            slots.in_progress() == 3
+        })
+        .await;
         let (_prober, handshake) = hello(&addr, "node-a").await;
         handshake.unwrap();
         let admitted = results
@@ -1426,11 +1442,11 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_handshake_cap_the_oldest_gives_way_to_a_prober() {
-        let (addr, mut results) = admitting(Admission::new(&settings(16, 2), None)).await;
+        let (addr, mut results, slots) = admitting(Admission::new(&settings(16, 2), None)).await;
         let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        until("a in its handshake", || slots.in_progress() == 1).await;
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until("a and b in their handshakes", || slots.in_progress() == 2).await;
         let started = Instant::now();
         let (_third, handshake) = hello(&addr, "node-c").await;
         handshake.unwrap();
@@ -1492,13 +1508,13 @@ mod tests {
 
     #[tokio::test]
     async fn an_admitted_prober_learns_the_responders_identity() {
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
+        let (addr, mut results, _) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
         let (_prober, identity) = hello(&addr, "node-a").await;
         let identity = identity.unwrap();
         assert_eq!(identity, Some(told()));
         assert_eq!(results.recv().await.unwrap().unwrap().0, "node-a");
         // A responder without one (a node name the protocol does not take) tells nothing.
-        let (addr, _results) = admitting(Admission::new(&settings(1, 4), None)).await;
+        let (addr, _results, _) = admitting(Admission::new(&settings(1, 4), None)).await;
         let (_prober, identity) = hello(&addr, "node-a").await;
         let identity = identity.unwrap();
         assert_eq!(identity, None);
@@ -1508,7 +1524,7 @@ mod tests {
     async fn a_prober_past_the_session_limit_learned_the_identity_but_gets_no_session() {
         // The identity comes with AuthOk, before the session permit: a prober refused at the
         // limit has proved the key all the same.
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
+        let (addr, mut results, _) = admitting(Admission::new(&settings(1, 4), Some(told()))).await;
         let (_first, handshake) = hello(&addr, "node-a").await;
         handshake.unwrap();
         let _held = results.recv().await.unwrap().unwrap();
@@ -1554,7 +1570,7 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_session_limit_an_authenticated_prober_is_refused_as_limit() {
-        let (addr, mut results) = admitting(Admission::new(&settings(1, 4), None)).await;
+        let (addr, mut results, _) = admitting(Admission::new(&settings(1, 4), None)).await;
         let (_first, handshake) = hello(&addr, "node-a").await;
         handshake.unwrap();
         let _held = results.recv().await.unwrap().unwrap();
@@ -1563,12 +1579,13 @@ mod tests {
         assert_eq!(refused.refusal(), Some(SessionResult::Limit));
     }
 
-    /// A device-less responder on loopback with `io_timeout`; returns its address and metrics.
+    /// A device-less responder on loopback with `io_timeout` (as [`run_without_devices`]);
+    /// returns its address, metrics and state.
     async fn control_plane(
         max_sessions: usize,
         max_handshakes: usize,
         io_timeout: Duration,
-    ) -> (String, crate::metrics::Metrics) {
+    ) -> (String, crate::metrics::Metrics, Arc<Shared>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let metrics = crate::metrics::Metrics::new();
@@ -1577,13 +1594,12 @@ mod tests {
             io_timeout,
             ..settings(max_sessions, max_handshakes)
         };
-        tokio::spawn(run_without_devices(
-            listener,
-            settings,
-            metrics.responder.clone(),
-            std::future::pending(),
-        ));
-        (addr, metrics)
+        let shared = Arc::new(Shared::new(settings, Vec::new(), metrics.responder.clone()));
+        let serving = Arc::clone(&shared);
+        tokio::spawn(async move {
+            accept_loop(&listener, &serving, std::future::pending()).await;
+        });
+        (addr, metrics, shared)
     }
 
     /// `rdma_probe_responder_sessions_total{result}` of a device-less responder (0 if absent).
@@ -1613,11 +1629,12 @@ mod tests {
 
     #[tokio::test]
     async fn silent_connections_past_the_cap_give_way_and_are_told_why() {
-        let (addr, metrics) = control_plane(4, 2, Duration::from_secs(5)).await;
+        let (addr, metrics, shared) = control_plane(4, 2, Duration::from_secs(5)).await;
+        let slots = &shared.admission.handshakes;
         let mut oldest = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        until("the oldest in its handshake", || slots.in_progress() == 1).await;
         let _newer = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        until("both in their handshakes", || slots.in_progress() == 2).await;
         let (_prober, handshake) = hello(&addr, "node-a").await;
         handshake.unwrap();
         let mut told = Vec::new();
@@ -1637,7 +1654,7 @@ mod tests {
     async fn silence_and_an_early_close_before_a_session_are_refusals() {
         use tokio::io::AsyncWriteExt;
         let deadline = Duration::from_millis(300);
-        let (addr, metrics) = control_plane(4, 4, deadline).await;
+        let (addr, metrics, _) = control_plane(4, 4, deadline).await;
         // Silent: closed at the handshake deadline.
         let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
         let waited = closed_after(&mut silent).await;
@@ -1659,14 +1676,15 @@ mod tests {
                 if message.contains("no session request")),
             "{reply:?}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A refusal is counted before its connection is told or closed: what each client saw
+        // above is the signal that its refusal was counted.
         assert_eq!(refusals(&metrics, "timeout"), 2);
         assert_eq!(refusals(&metrics, "closed"), 1);
     }
 
     #[tokio::test]
     async fn requests_beyond_the_limits_are_refused_before_any_device_is_used() {
-        let (addr, metrics) = control_plane(4, 4, Duration::from_secs(2)).await;
+        let (addr, metrics, _) = control_plane(4, 4, Duration::from_secs(2)).await;
         let ask = |request: SessionRequest| {
             let addr = addr.clone();
             async move {
@@ -1685,7 +1703,8 @@ mod tests {
         // 64 QPs of 16 MiB messages: one slot each is 1 GiB, within the budget.
         let err = ask(request(64, 16 << 20, u64::MAX)).await;
         assert_eq!(err.reason(), ErrorReason::NoDevice, "{err}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Both requests were answered, and the responder counts a session or a refusal before it
+        // answers: nothing more is counted for them after this point.
         assert_eq!(refusals(&metrics, "limit"), 1);
         assert_eq!(refusals(&metrics, "accepted"), 0);
     }

@@ -104,6 +104,20 @@ fn host_has_rdma() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether some RDMA port of this host is ACTIVE: a responder, or an exporter on every active
+/// device, runs until it is stopped exactly then, and fails at start otherwise.
+fn host_has_active_rdma_port() -> bool {
+    let Ok(devices) = std::fs::read_dir("/sys/class/infiniband") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        let ports = std::fs::read_dir(device.path().join("ports"));
+        ports.into_iter().flatten().flatten().any(|port| {
+            std::fs::read_to_string(port.path().join("state")).is_ok_and(|s| s.contains("ACTIVE"))
+        })
+    })
+}
+
 /// A usage error: exit 2, a message on stderr containing every `needle`, nothing on stdout.
 fn assert_usage_error(args: &[&str], needles: &[&str]) {
     let r = run(args);
@@ -497,14 +511,25 @@ const LOOPBACK_RESPONDER: [&str; 6] = [
 
 /// A responder either fails to start with a clear error (no usable RDMA port here) or runs
 /// until SIGTERM and then exits 0.
-/// Starts a long-running command; if it is still running after 1.5 s (the host has RDMA), sends
-/// SIGTERM and waits at most 15 s; else waits for its own exit. Returns the run and whether it
-/// was stopped by the signal. Never a panic either way.
+/// Starts a long-running command. On a host with an active RDMA port it must still be running
+/// after 1.5 s: it gets SIGTERM and is waited for at most 15 s. Without one it must exit by
+/// itself (within the usual limit) and is never signalled, so that a command that hangs there
+/// fails instead of passing as stopped. Returns the run and whether it was stopped by the
+/// signal. Never a panic either way.
 fn run_until_sigterm(args: &[&str]) -> (Run, bool) {
     let mut child = command(args).spawn().expect("start the binary");
     let pid = child.id();
-    std::thread::sleep(Duration::from_millis(1500));
-    let stopped = child.try_wait().unwrap().is_none();
+    let stopped = host_has_active_rdma_port();
+    if stopped {
+        std::thread::sleep(Duration::from_millis(1500));
+        if let Some(status) = child.try_wait().unwrap() {
+            let r = wait_bounded(child, LIMIT);
+            panic!(
+                "exited ({status}) before SIGTERM on a host with an active RDMA port:\n{}",
+                r.describe()
+            );
+        }
+    }
     let r = if stopped {
         let kill = Command::new("kill")
             .args(["-TERM", &pid.to_string()])

@@ -4,7 +4,8 @@
   checks.py rules RULES_FILE TEST_FILE...
       every alert has a severity (page, warning, ticket), a summary, a description and a
       runbook_url whose anchor is a heading of docs/runbook.md named after the alert; every alert
-      has unit tests that expect it to fire and to stay quiet; every metric a rule reads (in its
+      has unit tests that expect it to fire, to stay quiet, and to resolve (a test that expects it
+      to fire and, later on the same series, quiet again); every metric a rule reads (in its
       expression or its annotations' queries) is in the metric contract (docs/metrics.md,
       docs/schedule.md) or is a recording rule.
   checks.py dashboards OUT_RULES_FILE DASHBOARD...
@@ -82,20 +83,42 @@ def parse_rules(text):
 
 
 
+def duration_seconds(text):
+    """A Prometheus duration (`90m`, `1h30m`, `45s`) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        fail(f"eval_time {text!r} is not a duration")
+        return 0
+    return sum(int(n) * units[u] for n, u in parts)
+
+
 def test_cases(paths):
-    """{alertname: {"firing", "quiet"}} over every alert_rule_test item of the test files."""
+    """{alertname: {"firing", "quiet", "resolves"}} over every alert_rule_test item of the test
+    files: "resolves" when one test (one input) expects the alert to fire and, at a later
+    eval_time, nothing."""
     seen = {}
     for p in paths:
         text = Path(p).read_text()
-        starts = [m.start() for m in re.finditer(r"^\s+- (?:eval_time|alertname|exp_alerts):", text, re.M)]
-        for i, s in enumerate(starts):
-            item = text[s:starts[i + 1] if i + 1 < len(starts) else len(text)]
-            name = re.search(r"alertname: (\S+)", item)
-            exp = re.search(r"exp_alerts:(.*)", item)
-            if not name or not exp:
-                continue
-            kind = "quiet" if exp.group(1).strip() == "[]" else "firing"
-            seen.setdefault(name.group(1), set()).add(kind)
+        tests = [m.start() for m in re.finditer(r"^  - (?:name|interval):", text, re.M)] + [len(text)]
+        for begin, end in zip(tests, tests[1:]):
+            test = text[begin:end]
+            times = {}
+            starts = [m.start() for m in re.finditer(r"^\s+- (?:eval_time|alertname|exp_alerts):", test, re.M)]
+            for i, s in enumerate(starts):
+                item = test[s:starts[i + 1] if i + 1 < len(starts) else len(test)]
+                name = re.search(r"alertname: (\S+)", item)
+                exp = re.search(r"exp_alerts:(.*)", item)
+                at = re.search(r"eval_time: (\S+)", item)
+                if not name or not exp or not at:
+                    continue
+                kind = "quiet" if exp.group(1).strip() == "[]" else "firing"
+                seen.setdefault(name.group(1), set()).add(kind)
+                times.setdefault(name.group(1), []).append((duration_seconds(at.group(1)), kind))
+            for name, evals in times.items():
+                fired = [t for t, kind in evals if kind == "firing"]
+                if fired and any(t > min(fired) for t, kind in evals if kind == "quiet"):
+                    seen[name].add("resolves")
     return seen
 
 
@@ -129,14 +152,19 @@ def check_rules(rules_file, tests):
             elif anchor not in anchors:
                 fail(f"{where}: docs/runbook.md has no heading for #{anchor}")
         got = cases.get(name, set())
-        for kind in ("firing", "quiet"):
+        expects = {
+            "firing": "to fire",
+            "quiet": "to stay quiet (exp_alerts: [])",
+            "resolves": "to resolve (to fire, then exp_alerts: [] at a later eval_time of the same test)",
+        }
+        for kind, what in expects.items():
             if kind not in got:
-                fail(f"{where}: no unit test expects it {'to fire' if kind == 'firing' else 'to stay quiet (exp_alerts: [])'}")
+                fail(f"{where}: no unit test expects it {what}")
     for name in cases:
         if name not in dict(alerts):
             fail(f"unit tests name an alert the rules do not have: {name}")
     print(f"deploy/check: {len(alerts)} alerts, {sum(1 for k, _, _ in items if k == 'record')} recording rules: "
-          f"annotations, runbook anchors, unit tests firing and quiet, contract metric names")
+          f"annotations, runbook anchors, unit tests firing, quiet and resolving, contract metric names")
 
 
 # ---------------------------------------------------------------- dashboards

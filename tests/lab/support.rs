@@ -18,6 +18,10 @@ pub struct LabRun {
     pub dir: PathBuf,
     pub status: i32,
     pub output: String,
+    /// The nodes whose guest kernel panicked in the runs before this one, one a rerun (at most
+    /// [`PANIC_RERUNS`]): a result of the test, printed in its summary line and kept in the run
+    /// directory's `lab-summary`.
+    pub kernel_panics: Vec<String>,
 }
 
 impl LabRun {
@@ -45,6 +49,37 @@ impl LabRun {
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// Panics unless the `NAME exit=STATUS` lines of `node`'s `file` (how scenarios record the
+    /// exit status of each command they run) are exactly `expected`, in order: a command that
+    /// failed, and one whose line is missing (it never ran, or died with its shell), fail alike.
+    pub fn assert_exits(&self, node: &str, file: &str, expected: &[(&str, &str)]) {
+        let path = self.node_dir(node).join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let got = exits(&text);
+        let want: Vec<(String, String)> = expected
+            .iter()
+            .map(|(name, status)| ((*name).to_owned(), (*status).to_owned()))
+            .collect();
+        assert_eq!(
+            got,
+            want,
+            "{node}'s exit statuses ({}):\n{text}\n---- {node}'s log ----\n{}",
+            path.display(),
+            self.log(node)
+        );
+    }
+
+    /// Panics unless `node` recorded `key` (with `lab_result`) as `want`.
+    pub fn assert_result(&self, node: &str, key: &str, want: &str) {
+        let results = self.results(node);
+        assert_eq!(
+            results.get(key).map(String::as_str),
+            Some(want),
+            "{node}'s {key}: {results:?}\n---- {node}'s log ----\n{}",
+            self.log(node)
+        );
     }
 
     pub fn boot_seconds(&self, node: &str) -> f64 {
@@ -89,11 +124,14 @@ impl LabRun {
 /// Boots `nodes` VMs and runs `scenario` (a path under lab/scenarios) on each of them, giving
 /// them `bins` (paths relative to the repo root). Keeps the run directory under target/lab-runs.
 ///
-/// A guest kernel that panics is the lab failing, not the code under test (Debian's 6.12 rxe
-/// has been seen to oops in `net_rx_action` and `kmalloc` under emulation, from once in fifty
-/// boots to once in ten on a loaded host): `lab/run` stops such a run at once, and it is
-/// reported loudly and run again, up to [`PANIC_RERUNS`] times. A panic after that, a boot
-/// failure or a timeout fails the test.
+/// A guest kernel that panics is most likely the lab failing, not the code under test (Debian's
+/// 6.12 rxe has been seen to oops in `net_rx_action` and `kmalloc` under emulation, from once in
+/// fifty boots to once in ten on a loaded host): `lab/run` stops such a run at once, and it is
+/// reported loudly and run again, [`PANIC_RERUNS`] time. The rerun is a result, not a secret:
+/// every lab test prints a `LAB SUMMARY` line with its reruns, writes them to `lab-summary` in
+/// its run directory, and appends them to `target/lab-runs/reruns.txt` (scripts/test shows that
+/// file). The same scenario panicking again fails the test: a panic the code under test causes
+/// must not pass. A boot failure or a timeout fails it too.
 pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u32) -> LabRun {
     run_with_files(name, nodes, scenario, bins, &[], timeout_s)
 }
@@ -122,21 +160,47 @@ pub fn run_with_files(
         files,
         timeout_s,
     };
-    let mut run = run_once(&root, &dir, &lab);
-    for attempt in 1..=PANIC_RERUNS {
-        let Some(node) = guest_kernel_panic(&dir) else {
-            break;
-        };
+    run_guarded(name, &dir, || run_once(&root, &dir, &lab))
+}
+
+/// How many times a scenario whose guest kernel panicked is run again: once. A second panic of
+/// the same scenario fails its test.
+const PANIC_RERUNS: usize = 1;
+
+/// Runs a scenario with `once` (which leaves its run in `dir`), again after a guest kernel panic
+/// as [`run`] says, and records the reruns (see [`LabRun::kernel_panics`]).
+fn run_guarded(name: &str, dir: &Path, mut once: impl FnMut() -> LabRun) -> LabRun {
+    let mut panics = Vec::new();
+    let mut run = once();
+    while let Some(node) = guest_kernel_panic(dir) {
+        panics.push(node.clone());
+        let kept = dir.with_extension(format!("kernel-panic-{}", panics.len()));
+        let _ = std::fs::remove_dir_all(&kept);
+        let _ = std::fs::rename(dir, &kept);
+        if panics.len() > PANIC_RERUNS {
+            record_reruns(name, dir, &panics, "failed");
+            panic!(
+                "the guest kernel panicked in every run of '{name}' ({} runs, on {}; the runs are \
+                 kept in {}.kernel-panic-N): the code under test may cause it, so this fails\n{}",
+                panics.len(),
+                panics.join(", "),
+                dir.display(),
+                run.output
+            );
+        }
         eprintln!(
             "LAB INFRASTRUCTURE: the guest kernel of {node} panicked during '{name}' (console \
-             below); running the scenario again ({attempt} of {PANIC_RERUNS})\n{}",
+             below, run kept in {}); running the scenario again (rerun {} of {PANIC_RERUNS}, \
+             recorded as a result)\n{}",
+            kept.display(),
+            panics.len(),
             run.output
         );
-        let panicked = dir.with_extension(format!("kernel-panic-{attempt}"));
-        let _ = std::fs::remove_dir_all(&panicked);
-        let _ = std::fs::rename(&dir, &panicked);
-        run = run_once(&root, &dir, &lab);
+        run = once();
     }
+    run.kernel_panics = panics;
+    let verdict = if run.status == 0 { "passed" } else { "failed" };
+    record_reruns(name, dir, &run.kernel_panics, verdict);
     assert_ne!(
         run.status, 3,
         "the lab could not boot or timed out (this is a failure, not a skip):\n{}",
@@ -145,8 +209,36 @@ pub fn run_with_files(
     run
 }
 
-/// How many times a scenario whose guest kernel panicked is run again.
-const PANIC_RERUNS: u32 = 2;
+/// Prints the summary line of a lab run and writes it to `lab-summary` in `dir` (created if a
+/// panic left none), and, when the scenario was rerun, to `target/lab-runs/reruns.txt` next to
+/// it (scripts/test prints that file after the lab tests).
+fn record_reruns(name: &str, dir: &Path, panics: &[String], verdict: &str) {
+    let line = format!(
+        "LAB SUMMARY '{name}': scenario {verdict}; guest kernel panics: {} ({}); reruns: {}",
+        panics.len(),
+        if panics.is_empty() {
+            "none".to_owned()
+        } else {
+            panics.join(", ")
+        },
+        panics.len().min(PANIC_RERUNS)
+    );
+    eprintln!("{line}");
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(dir.join("lab-summary"), format!("{line}\n"));
+    if !panics.is_empty() {
+        if let Some(parent) = dir.parent() {
+            use std::io::Write as _;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(parent.join("reruns.txt"));
+            if let Ok(mut file) = file {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+    }
+}
 
 /// What one `lab/run` is given.
 struct LabArgs<'a> {
@@ -193,6 +285,7 @@ fn run_once(root: &Path, dir: &Path, lab: &LabArgs) -> LabRun {
         dir: dir.to_path_buf(),
         status,
         output,
+        kernel_panics: Vec::new(),
     }
 }
 
@@ -243,6 +336,14 @@ fn assert_fresh(root: &Path, bin: &Path) {
     }
 }
 
+/// The `NAME exit=STATUS` lines of a scenario's record of exit statuses, in order.
+pub fn exits(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.split_once(" exit="))
+        .map(|(name, status)| (name.to_owned(), status.trim().to_owned()))
+        .collect()
+}
+
 /// One result row of perftest's bandwidth table.
 #[derive(Debug, Clone, Copy)]
 pub struct PerftestRow {
@@ -278,4 +379,144 @@ fn parses_perftest_table() {
     assert_eq!(row.iterations, 500);
     assert!((row.bw_average - 0.026425).abs() < 1e-9);
     assert!(parse_perftest("no table here").is_none());
+}
+
+/// A run directory of synthetic node files, for the tests of the helpers above.
+#[cfg(test)]
+pub fn synthetic_run(test: &str, files: &[(&str, &str, &str)]) -> LabRun {
+    let dir = std::env::temp_dir().join(format!("lab-support-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (node, name, text) in files {
+        let node_dir = dir.join("nodes").join(node);
+        std::fs::create_dir_all(&node_dir).unwrap();
+        std::fs::write(node_dir.join(name), text).unwrap();
+    }
+    LabRun {
+        dir,
+        status: 0,
+        output: String::new(),
+        kernel_panics: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+pub fn panics(f: impl FnOnce()) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
+}
+
+#[test]
+fn exit_statuses_are_asserted_exactly() {
+    let run = synthetic_run(
+        "exits",
+        &[
+            ("node1", "exits", "probe exit=0\nexporter exit=0\n"),
+            ("node2", "exits", "responder exit=143\n"),
+            ("node3", "exits", "probe exit=0\n"),
+        ],
+    );
+    run.assert_exits("node1", "exits", &[("probe", "0"), ("exporter", "0")]);
+    // A failed command, a missing one, an unexpected one, the order, a missing file.
+    assert!(panics(|| run.assert_exits(
+        "node2",
+        "exits",
+        &[("responder", "0")]
+    )));
+    assert!(panics(|| run.assert_exits(
+        "node3",
+        "exits",
+        &[("probe", "0"), ("exporter", "0")]
+    )));
+    assert!(panics(|| run.assert_exits(
+        "node1",
+        "exits",
+        &[("probe", "0")]
+    )));
+    assert!(panics(|| run.assert_exits(
+        "node1",
+        "exits",
+        &[("exporter", "0"), ("probe", "0")]
+    )));
+    assert!(panics(|| run.assert_exits(
+        "node4",
+        "exits",
+        &[("probe", "0")]
+    )));
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+/// What [`run_guarded`] sees of one run: the console of node1, panicked or not.
+#[cfg(test)]
+fn fake_run(dir: &Path, panicked: bool) -> LabRun {
+    let node = dir.join("nodes").join("node1");
+    std::fs::create_dir_all(&node).unwrap();
+    let console = if panicked {
+        "[ 12.3] Kernel panic - not syncing: Fatal exception in interrupt\n"
+    } else {
+        "[ 1.0] booted\n"
+    };
+    std::fs::write(node.join("console.log"), console).unwrap();
+    LabRun {
+        dir: dir.to_path_buf(),
+        status: if panicked { 3 } else { 0 },
+        output: String::new(),
+        kernel_panics: Vec::new(),
+    }
+}
+
+#[test]
+fn a_guest_kernel_panic_reruns_once_as_a_recorded_result() {
+    let base = std::env::temp_dir().join(format!("lab-support-{}-rerun", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let dir = base.join("scenario");
+    let mut attempts = 0;
+    let run = run_guarded("scenario", &dir, || {
+        attempts += 1;
+        fake_run(&dir, attempts == 1)
+    });
+    assert_eq!(attempts, 2);
+    assert_eq!(run.kernel_panics, ["node1"]);
+    let summary = std::fs::read_to_string(dir.join("lab-summary")).unwrap();
+    assert!(
+        summary.contains("guest kernel panics: 1 (node1); reruns: 1"),
+        "{summary}"
+    );
+    let reruns = std::fs::read_to_string(base.join("reruns.txt")).unwrap();
+    assert!(reruns.contains("LAB SUMMARY 'scenario'"), "{reruns}");
+    // No panic: nothing rerun, a summary all the same, nothing added to reruns.txt.
+    let quiet = base.join("quiet");
+    let run = run_guarded("quiet", &quiet, || fake_run(&quiet, false));
+    assert!(run.kernel_panics.is_empty());
+    let summary = std::fs::read_to_string(quiet.join("lab-summary")).unwrap();
+    assert!(
+        summary.contains("guest kernel panics: 0 (none); reruns: 0"),
+        "{summary}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(base.join("reruns.txt")).unwrap(),
+        reruns
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn the_same_scenario_panicking_twice_fails() {
+    let base = std::env::temp_dir().join(format!("lab-support-{}-twice", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let dir = base.join("scenario");
+    let mut attempts = 0;
+    // Panics twice, then would pass: it must fail at the second panic, never run a third time.
+    let failed = panics(|| {
+        run_guarded("scenario", &dir, || {
+            attempts += 1;
+            fake_run(&dir, attempts <= 2)
+        });
+    });
+    assert!(failed, "a second panic of the same scenario passed");
+    assert_eq!(attempts, 2);
+    let summary = std::fs::read_to_string(dir.join("lab-summary")).unwrap();
+    assert!(
+        summary.contains("scenario failed; guest kernel panics: 2"),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -6,7 +6,8 @@
 # right after it. node2 records its own process (descriptors, threads, RSS) before, every
 # 0.25 s during and after the attack, its responder's sessions_total by result, and how many
 # of its own probes succeeded during the attack. Last, 200 silent connections to node2's admin
-# port.
+# port. node1 records every attack's exit status in `exits` (those of the stalls during the flood
+# in `stall-exits`), the test checks the list.
 bin=rdma-probe-exporter
 hostile=hostile
 (umask 077 && echo "lab-hostile-psk-0123456789abcdef" >/tmp/psk)
@@ -90,7 +91,12 @@ EOF
     lab_signal responder-up
     lab_wait_signal node2 ready 300 || exit 1
     target=$(lab_addr node2):18516
-    attack() { $hostile "$target" "$@" --psk-file /tmp/psk --wait 20 >>hostile.jsonl; }
+    # attack NAME ARGS...: one attack, its report appended to hostile.jsonl; "NAME exit=STATUS"
+    # to $exits (default: exits).
+    attack() {
+      $hostile "$target" "$@" --psk-file /tmp/psk --wait 20 >>hostile.jsonl
+      echo "$1 exit=$?" >>"${exits:-exits}"
+    }
     probe() { $bin probe "$target" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 --duration 200ms; }
     lab_signal attack-start
     t0=$SECONDS
@@ -104,7 +110,7 @@ EOF
     # The flood, and stalled connections that keep every handshake slot busy meanwhile.
     $hostile "$target" flood --count 1000 --hold 60 >>hostile.jsonl 2>flood.err &
     flood=$!
-    (for i in 1 2 3 4; do attack stall --count 8; done) &
+    (for i in 1 2 3 4; do exits=stall-exits attack stall --count 8; done) &
     stalls=$!
     until grep -q "connections made" flood.err; do
       kill -0 $flood 2>/dev/null || break
@@ -117,17 +123,20 @@ EOF
     probe >probe-during.json
     lab_result probe_during_exit "$?"
     wait $flood
-    lab_result flood_exit "$?"
+    echo "flood exit=$?" >>exits
     wait $stalls
+    echo "stalls exit=$?" >>exits
     probe >probe-after.json
     lab_result probe_after_exit "$?"
     # The admin port: silent connections past its cap are closed at once.
     $hostile "$(lab_addr node2):9587" flood --count 200 --hold 5 >http-flood.jsonl 2>/dev/null
+    echo "http-flood exit=$?" >>exits
     lab_result attack_seconds $((SECONDS - t0))
     lab_signal attack-done
     lab_wait_signal node2 done 300
     kill -TERM $responder
     wait $responder
+    echo "responder exit=$?" >>exits
     ;;
 esac
 exit 0

@@ -32,6 +32,51 @@ const REFUSALS: [&str; 7] = [
     "closed",
 ];
 
+/// The attacks node1 runs, in the order of their reports: one after another, then the flood
+/// with four rounds of stalled connections meanwhile (their reports interleave with its own).
+const ATTACKS: [&str; 7] = [
+    "random",
+    "oversize",
+    "truncated",
+    "stall",
+    "slow",
+    "wrong-psk",
+    "absurd",
+];
+const DURING_THE_FLOOD: [&str; 5] = ["flood", "stall", "stall", "stall", "stall"];
+
+/// Checks that every attack ran to its end and reported: each exit status, and the attacks of
+/// the reports exactly (an attack that died without a report would otherwise drop out of both
+/// sides of the count of hostile connections).
+fn assert_every_attack_ran(run: &support::LabRun, reports: &[serde_json::Value]) {
+    let mut exits: Vec<(&str, &str)> = ATTACKS.iter().map(|a| (*a, "0")).collect();
+    exits.extend([
+        ("flood", "0"),
+        ("stalls", "0"),
+        ("http-flood", "0"),
+        ("responder", "0"),
+    ]);
+    run.assert_exits("node1", "exits", &exits);
+    run.assert_exits("node1", "stall-exits", &[("stall", "0"); 4]);
+    let attacks: Vec<&str> = reports
+        .iter()
+        .map(|r| r["attack"].as_str().unwrap_or("(no attack name)"))
+        .collect();
+    assert!(
+        attacks.len() == ATTACKS.len() + DURING_THE_FLOOD.len(),
+        "{} reports, not {}: {attacks:?}",
+        attacks.len(),
+        ATTACKS.len() + DURING_THE_FLOOD.len()
+    );
+    let (first, rest) = attacks.split_at(ATTACKS.len());
+    assert_eq!(first, ATTACKS, "{attacks:?}");
+    let mut rest = rest.to_vec();
+    rest.sort_unstable();
+    let mut during = DURING_THE_FLOOD.to_vec();
+    during.sort_unstable();
+    assert_eq!(rest, during, "{attacks:?}");
+}
+
 #[test]
 fn the_exporter_survives_hostile_clients_and_keeps_probing() {
     let bins = [Path::new(BIN), Path::new(HOSTILE)];
@@ -49,6 +94,7 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    assert_every_attack_ran(&run, &reports);
     let mut connections = 0;
     for report in &reports {
         eprintln!("{report}");
@@ -71,7 +117,10 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
                 assert_eq!(outcomes["error:protocol"], 4, "{report}");
             }
             "flood" => assert_eq!(report["connections"], 1000, "{report}"),
-            _ => {}
+            // Stalled connections time out, or give way to newer ones during the flood: either
+            // is a refusal, which the count below checks.
+            "stall" => {}
+            other => panic!("an attack the scenario does not run: {other}: {report}"),
         }
     }
 
@@ -119,4 +168,53 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
     );
     assert!(end["rss_kib"] <= baseline["rss_kib"] + 32 * 1024, "{end:?}");
     assert!(end["threads"] <= baseline["threads"] + 8, "{end:?}");
+}
+
+/// The check above on synthetic records: the whole set passes; an attack that died (its exit
+/// status, no report) fails it, and so does a missing flood or stall report.
+#[test]
+fn an_attack_that_dies_without_a_report_fails_the_check() {
+    let report = |attack: &str| serde_json::json!({ "attack": attack });
+    let all: Vec<serde_json::Value> = ATTACKS
+        .iter()
+        .chain(&DURING_THE_FLOOD)
+        .map(|a| report(a))
+        .collect();
+    let exits = "random exit=0\noversize exit=0\ntruncated exit=0\nstall exit=0\nslow exit=0\n\
+                 wrong-psk exit=0\nabsurd exit=0\nflood exit=0\nstalls exit=0\n\
+                 http-flood exit=0\nresponder exit=0\n";
+    let stalls = "stall exit=0\n".repeat(4);
+    let run = support::synthetic_run(
+        "hostile",
+        &[("node1", "exits", exits), ("node1", "stall-exits", &stalls)],
+    );
+    assert_every_attack_ran(&run, &all);
+    // truncated died (a panic: exit 101) and wrote no report.
+    let without: Vec<serde_json::Value> = all
+        .iter()
+        .filter(|r| r["attack"] != "truncated")
+        .cloned()
+        .collect();
+    assert!(support::panics(|| assert_every_attack_ran(&run, &without)));
+    let died = support::synthetic_run(
+        "hostile-died",
+        &[
+            (
+                "node1",
+                "exits",
+                &exits.replace("truncated exit=0", "truncated exit=101"),
+            ),
+            ("node1", "stall-exits", &stalls),
+        ],
+    );
+    assert!(support::panics(|| assert_every_attack_ran(&died, &all)));
+    // One stall round of the flood lost its report.
+    let mut one_stall_less = all.clone();
+    one_stall_less.pop();
+    assert!(support::panics(|| assert_every_attack_ran(
+        &run,
+        &one_stall_less
+    )));
+    let _ = std::fs::remove_dir_all(&run.dir);
+    let _ = std::fs::remove_dir_all(&died.dir);
 }

@@ -55,7 +55,8 @@ start_exporter() {
   NODE_NAME=$LAB_NODE $bin --log-level info run --config "$config" >>exporter.log 2>&1 &
   exporter_pid=$!
 }
-stop_exporter() { kill -TERM "$exporter_pid" && wait "$exporter_pid"; }
+# stop_exporter WHEN: SIGTERM, and its exit status as the result WHEN_stop_status.
+stop_exporter() { kill -TERM "$exporter_pid"; wait "$exporter_pid"; lab_result "$1_stop_status" "$?"; }
 
 scrape() { curl -sS --max-time 5 "$url/metrics"; }
 value() { scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
@@ -125,12 +126,12 @@ if [ "$LAB_NODE" = node1 ]; then
   lab_signal done
 elif [ "$LAB_NODE" = node2 ]; then
   lab_wait_signal node1 removed 180 || exit 1
-  stop_exporter
+  stop_exporter removed
   lab_wait_signal node1 done 240 || exit 1
   exit 0
 else
   lab_wait_signal node1 done 300 || exit 1
 fi
 scrape >metrics-final.txt 2>/dev/null
-stop_exporter
+stop_exporter final
 exit 0

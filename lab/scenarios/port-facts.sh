@@ -13,7 +13,7 @@ responder=$!
 lab_wait_listening 18516 || { cat responder.log; exit 1; }
 $bin probe 127.0.0.1:18516 --device rxe0 --no-auth --json --qp-timeout 17 --messages 200 \
   --size 16KiB >probe.json; echo "probe exit=$?" >>exits
-kill -TERM $responder; wait $responder
+kill -TERM $responder; wait $responder; echo "responder exit=$?" >>exits
 $bin devices --json >devices-after.json; echo "devices-after exit=$?" >>exits
 
 # The exporter's port gauges: a peer that does not exist, so nothing but the port reader (at

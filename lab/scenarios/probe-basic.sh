@@ -21,7 +21,8 @@ case $LAB_NODE in
     lab_wait_signal node1 done 600
     kill -TERM %1
     wait %1
-    echo "responder exit: $?"
+    echo "responder exit=$?" >>exits
+    cat exits
     kill $capture 2>/dev/null; wait $capture
     lab_result acks_dscp26 "$(grep -c ' > ' acks-dscp26.txt)"
     ;;

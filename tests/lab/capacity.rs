@@ -38,6 +38,23 @@ fn f64_of(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
 }
 
+/// Every command of the scenario exited 0, node2's responder (stopped by SIGTERM) included.
+fn assert_every_exit(run: &LabRun) {
+    let node1: Vec<(&str, &str)> = [
+        "capacity-free",
+        "paced-capped",
+        "capacity-capped",
+        "capacity-metrics",
+        "exporter",
+        "ecmp",
+    ]
+    .iter()
+    .map(|step| (*step, "0"))
+    .collect();
+    run.assert_exits("node1", "exits", &node1);
+    run.assert_exits("node2", "exits", &[("responder", "0")]);
+}
+
 /// A probe that succeeded and validated, of the expected kind.
 fn succeeded(run: &LabRun, name: &str, kind: &str) -> Value {
     let v = json(run, &format!("{name}.json"));
@@ -69,6 +86,7 @@ fn lab_run() -> &'static LabRun {
 fn capacity_bursts_show_a_rate_cap_that_paced_bursts_stay_under() {
     let run = lab_run();
     run.assert_success();
+    assert_every_exit(run);
     let results = run.results("node1");
     let cap_mbps: f64 = results["cap_mbps"].parse().unwrap();
     let pace_mbps: f64 = results["pace_mbps"].parse().unwrap();
@@ -176,6 +194,7 @@ fn ports_on_the_wire(run: &LabRun) -> BTreeSet<u16> {
 fn every_qp_takes_its_own_ecmp_path_and_a_slow_one_shows() {
     let run = lab_run();
     run.assert_success();
+    assert_every_exit(run);
     let slow_mbps: f64 = run.results("node1")["slow_mbps"].parse().unwrap();
     assert_eq!(
         exit_code(run, "ecmp"),

@@ -28,6 +28,12 @@ fn seconds(run: &LabRun, key: &str) -> f64 {
 fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survives_dns_failure() {
     let run = support::run("discovery", 3, "discovery.sh", &[BIN.as_ref()], 600);
     run.assert_success();
+    // Every exporter stopped cleanly on SIGTERM: node2's when its record went, the others' at
+    // the end.
+    run.assert_result("node2", "removed_stop_status", "0");
+    run.assert_result("node1", "final_stop_status", "0");
+    run.assert_result("node3", "final_stop_status", "0");
+    assert_eq!(run.results("node2").get("final_stop_status"), None);
     for file in [
         "metrics-initial.txt",
         "metrics-vanished.txt",

@@ -217,6 +217,11 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
         log_tail(&run.file("node1", "exporter.log"), 40)
     );
     assert!(stop < 2.0, "SIGTERM mid-burst to exit: {stop} s");
+    // The exporters still running at the end (node2's, and node3's since its restart) stop
+    // cleanly too; node1's stopped above.
+    run.assert_result("node2", "final_stop_status", "0");
+    run.assert_result("node3", "final_stop_status", "0");
+    assert_eq!(run.results("node1").get("final_stop_status"), None);
     assert_eq!(
         result(&run, "node3", "node2_serves_after_midburst_stop"),
         "1"

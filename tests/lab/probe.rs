@@ -38,6 +38,8 @@ fn f64_of(v: &Value, key: &str) -> f64 {
 fn probe_between_two_nodes() {
     let run = support::run("probe-basic", 2, "probe-basic.sh", &[BIN.as_ref()], 600);
     run.assert_success();
+    // The responder served every probe below and stopped cleanly on SIGTERM.
+    run.assert_exits("node2", "exits", &[("responder", "0")]);
 
     // A validated burst: bytes = messages x size.
     let ok = json(&run, "node1", "success.json");

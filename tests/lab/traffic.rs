@@ -194,6 +194,26 @@ fn counted(probe: &Value, side: &str, names: &[&str]) -> u64 {
 fn loss_on_one_link_raises_the_retransmit_counters_of_its_paths_only() {
     let run = lab_run();
     run.assert_success();
+    // Every command of the whole scenario (it ends here) exited 0, each node's responder,
+    // stopped by SIGTERM, included.
+    let ok = |steps: &[&'static str]| -> Vec<(&'static str, &'static str)> {
+        steps.iter().map(|step| (*step, "0")).collect()
+    };
+    let node1 = [
+        "base",
+        "bg-start",
+        "bg-end",
+        "after",
+        "exporter",
+        "loss-to-node2",
+        "loss-to-node3",
+        "responder",
+    ];
+    run.assert_exits("node1", "exits", &ok(&node1));
+    let node2 = ["perftest", "loss-to-node1", "loss-to-node3", "responder"];
+    run.assert_exits("node2", "exits", &ok(&node2));
+    let node3 = ["loss-to-node1", "loss-to-node2", "responder"];
+    run.assert_exits("node3", "exits", &ok(&node3));
     // The requester counts the NAKs it gets and its retries; the responder the packets that
     // arrived out of sequence and the duplicates (rxe's hw_counters).
     const REQUESTER: [&str; 2] = ["rcvd_seq_err", "completer_retry_err"];

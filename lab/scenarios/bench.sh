@@ -16,6 +16,7 @@ QP_TIMEOUT=17
 case $LAB_NODE in
   node2)
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
+    responder=$!
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
     round=0
@@ -31,7 +32,8 @@ case $LAB_NODE in
       lab_signal "perftest-up-$round"
       wait $pid
     done
-    kill -TERM %1; wait
+    kill -TERM $responder; wait $responder
+    lab_result responder_exit "$?"
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1

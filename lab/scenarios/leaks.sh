@@ -51,6 +51,7 @@ case $LAB_NODE in
   node2)
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
       >responder.log 2>&1 &
+    responder=$!
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
     lab_wait_signal node1 warm 300 || exit 1
@@ -58,8 +59,9 @@ case $LAB_NODE in
     lab_wait_signal node1 done 2400 || exit 1
     lab_result responder_end "$(resources)"
     lab_result responder_sessions_now "$(grep -c 'session set up' responder.log) set up, $(grep -c 'session ended' responder.log) ended"
-    kill -TERM %1
-    wait
+    kill -TERM $responder
+    wait $responder
+    lab_result responder_exit "$?"
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1

@@ -6,9 +6,11 @@
 #  2. rate cap: a tbf of CAP on node2's lab NIC (what node2 sends: its own probes' data) until
 #     RdmaProbeLinkDegraded fires for node2's paths, HOLD_INTERVALS more, then cleared until it
 #     resolves;
-#  3. node loss: node3 is powered off until RdmaProbeNodeIsolated fires for it, then HOLD_INTERVALS
+#  3. HOLD_INTERVALS + 1 with every path up again (nothing may fire between the faults; the test
+#     leaves the first interval out);
+#  4. node loss: node3 is powered off until RdmaProbeNodeIsolated fires for it, then HOLD_INTERVALS
 #     more plus the longest `for:` of the per-pair alerts it must hold back;
-#  4. node1 keeps what the test judges: every firing alert sample of the run, the rules' health,
+#  5. node1 keeps what the test judges: every firing alert sample of the run, the rules' health,
 #     and every dashboard query run over the whole run, and the phase times (its own clock, which
 #     is Prometheus's).
 # Files (lab/run --file): lab.yaml, rules.yaml, prometheus (the server), prometheus-lab.env
@@ -111,7 +113,10 @@ node1)
   wait_count "link degraded resolved" 300 "$(firing ',alertname="RdmaProbeLinkDegraded"')" 0 || exit 1
   phase cap_resolved
 
-  # 3. node3 is powered off.
+  # 3. Every path up again, for a few intervals.
+  HOLD_INTERVALS=$((HOLD_INTERVALS + 1)) hold
+
+  # 4. node3 is powered off.
   phase stop_start
   lab_stop_node node3 || exit 1
   wait_count "node3 isolated" 300 "$(firing ',alertname="RdmaProbeNodeIsolated",peer="node3"')" 1 || exit 1
@@ -120,7 +125,7 @@ node1)
   HOLD_INTERVALS=$((HOLD_INTERVALS + 5)) hold
   phase stop_end
 
-  # 4. What the test judges.
+  # 5. What the test judges.
   # Every firing sample since Prometheus started (a range selector: the raw samples).
   since=$(awk -v e="$stop_end" -v s="$up_start" 'BEGIN {print int(e - s) + 60}')
   curl -sS --max-time 30 -G "$prom/api/v1/query" --data-urlencode "time=$stop_end" \

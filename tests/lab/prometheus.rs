@@ -5,7 +5,9 @@
 //!
 //! The rules are generated for the probe interval of config/lab.yaml (the one parameter that
 //! scales their windows, deploy/README.md). The clean phase lasts
-//! `LAB_PROMETHEUS_CLEAN_SECONDS` (default 150; `scripts/lab-prometheus` runs it for 10 minutes).
+//! `LAB_PROMETHEUS_CLEAN_SECONDS` (by default the longest `for:` of the rules plus
+//! `HOLD_INTERVALS`, never less than that `for:`: an alert that takes that long to fire could not
+//! show in a shorter one; `scripts/lab-prometheus` runs it for 10 minutes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -40,6 +42,25 @@ fn lab_interval_seconds() -> u32 {
         .unwrap_or_else(|| panic!("config/lab.yaml: interval {value:?} is not whole seconds"))
 }
 
+/// The longest `for:` of a rules file, in seconds.
+fn longest_for_seconds(rules: &str) -> u32 {
+    rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("for: "))
+        .map(|d| {
+            let (n, unit) = d.split_at(d.find(|c: char| !c.is_ascii_digit()).unwrap_or(d.len()));
+            let n: u32 = n.parse().unwrap_or_else(|e| panic!("for: {d}: {e}"));
+            match unit {
+                "s" => n,
+                "m" => n * 60,
+                "h" => n * 3600,
+                _ => panic!("for: {d}: not whole seconds, minutes or hours"),
+            }
+        })
+        .max()
+        .expect("the rules have a for:")
+}
+
 fn run_tool(program: &str, args: &[&str]) {
     let out = Command::new(program)
         .args(args)
@@ -55,8 +76,8 @@ fn run_tool(program: &str, args: &[&str]) {
 }
 
 /// The files every node gets: config, generated rules, dashboard queries, the Prometheus server
-/// and the scenario's parameters.
-fn prepare(dir: &Path, interval_s: u32, clean_s: u32) -> Vec<PathBuf> {
+/// and the scenario's parameters (written by [`write_parameters`]).
+fn prepare(dir: &Path, interval_s: u32) -> Vec<PathBuf> {
     std::fs::create_dir_all(dir).unwrap();
     let at = |name: &str| dir.join(name);
     let rules = at("rules.yaml");
@@ -106,14 +127,6 @@ fn prepare(dir: &Path, interval_s: u32, clean_s: u32) -> Vec<PathBuf> {
         serde_json::to_string_pretty(&queries).unwrap(),
     )
     .unwrap();
-    std::fs::write(
-        at("prometheus-lab.env"),
-        format!(
-            "INTERVAL_SECONDS={interval_s}\nCLEAN_SECONDS={clean_s}\nCAP={CAP}\n\
-             HOLD_INTERVALS={HOLD_INTERVALS}\n"
-        ),
-    )
-    .unwrap();
     let root = repo_root();
     vec![
         root.join("config/lab.yaml"),
@@ -123,6 +136,18 @@ fn prepare(dir: &Path, interval_s: u32, clean_s: u32) -> Vec<PathBuf> {
         at("dashboard-queries.json"),
         at("prometheus-lab.env"),
     ]
+}
+
+/// The scenario's parameters, in `dir` next to [`prepare`]'s files.
+fn write_parameters(dir: &Path, interval_s: u32, clean_s: u32) {
+    std::fs::write(
+        dir.join("prometheus-lab.env"),
+        format!(
+            "INTERVAL_SECONDS={interval_s}\nCLEAN_SECONDS={clean_s}\nCAP={CAP}\n\
+             HOLD_INTERVALS={HOLD_INTERVALS}\n"
+        ),
+    )
+    .unwrap();
 }
 
 /// A node1 phase time (its clock is Prometheus's), in seconds since the epoch.
@@ -137,6 +162,61 @@ fn phase(run: &LabRun, key: &str) -> f64 {
 
 fn json(run: &LabRun, name: &str) -> Value {
     serde_json::from_str(&run.file("node1", name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Panics unless nothing fired between the end of the rate cap (`cap_resolved`; its last
+/// samples may trail it by an interval) and node3's loss, and that window held
+/// `HOLD_INTERVALS` intervals at least (back to back, it would show nothing).
+fn assert_quiet_between_faults(
+    alerts: &BTreeMap<AlertKey, Vec<f64>>,
+    cap_resolved: f64,
+    stop_start: f64,
+    interval: f64,
+) {
+    let from = cap_resolved + interval;
+    let held = stop_start - from;
+    assert!(
+        held >= f64::from(HOLD_INTERVALS) * interval,
+        "only {held:.0} s between the faults: not {HOLD_INTERVALS} intervals of {interval} s"
+    );
+    let between = firing_within(alerts, from, stop_start);
+    assert!(
+        between.is_empty(),
+        "alerts fired between the faults: {}",
+        show(&between, cap_resolved, interval)
+    );
+    eprintln!("between the faults: {held:.0} s, no alert fired");
+}
+
+/// The dashboard queries that returned no data, and those of them that had no events to show:
+/// a query of event counters (created at the first event: errors, deferrals, validation
+/// failures) when no such event happened in its selection, which Prometheus confirms. Panics
+/// on a query Prometheus answered with an error (which returns no data but is no evidence of
+/// anything).
+fn queries_without_data(queries: &[Value]) -> (Vec<&Value>, Vec<&Value>) {
+    let failed: Vec<&Value> = queries.iter().filter(|q| !q["error"].is_null()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} dashboard queries failed:\n{}",
+        failed.len(),
+        queries.len(),
+        describe(&failed)
+    );
+    let no_events = |q: &Value| {
+        let events = q["events"].as_object().unwrap();
+        !events.is_empty() && events.values().all(|n| n.as_u64() == Some(0))
+    };
+    queries
+        .iter()
+        .filter(|q| q["series"].as_u64().unwrap_or(0) == 0)
+        .partition(|q| no_events(q))
+}
+
+fn describe(qs: &[&Value]) -> String {
+    qs.iter()
+        .map(|q| format!("{}: {} ({})", q["where"], q["expr"], q["error"]))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Every firing alert of the run, with the times (Prometheus's) of its firing samples.
@@ -197,18 +277,23 @@ fn show(alerts: &BTreeMap<AlertKey, f64>, since: f64, interval: f64) -> String {
 #[test]
 fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults() {
     let interval_s = lab_interval_seconds();
+    let dir = repo_root().join("target/lab-runs/prometheus-files");
+    let files = prepare(&dir, interval_s);
+    let longest_for =
+        longest_for_seconds(&std::fs::read_to_string(dir.join("rules.yaml")).unwrap());
     let clean_s: u32 = std::env::var("LAB_PROMETHEUS_CLEAN_SECONDS")
         .ok()
         .map(|v| {
             v.parse()
                 .expect("LAB_PROMETHEUS_CLEAN_SECONDS: whole seconds")
         })
-        .unwrap_or(150);
-    let files = prepare(
-        &repo_root().join("target/lab-runs/prometheus-files"),
-        interval_s,
-        clean_s,
+        .unwrap_or(longest_for + HOLD_INTERVALS * interval_s);
+    assert!(
+        clean_s >= longest_for,
+        "a clean phase of {clean_s} s is shorter than the longest for: of the rules \
+         ({longest_for} s): an alert that slow could not fire in it"
     );
+    write_parameters(&dir, interval_s, clean_s);
     let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let run = support::run_with_files(
         "prometheus",
@@ -274,12 +359,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
 
     // 3. node3 powered off: RdmaProbeNodeIsolated, and no per-pair alert about it.
     let (stop_start, stop_end) = (phase(&run, "stop_start"), phase(&run, "stop_end"));
-    let between = firing_within(&alerts, cap_resolved + interval, stop_start);
-    assert!(
-        between.is_empty(),
-        "alerts fired between the faults: {}",
-        show(&between, cap_resolved, interval)
-    );
+    assert_quiet_between_faults(&alerts, cap_resolved, stop_start, interval);
     let stopped = firing_within(&alerts, stop_start, stop_end);
     eprintln!(
         "node3 powered off: {} (held {:.0} s)",
@@ -293,25 +373,11 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         show(&stopped, stop_start, interval)
     );
 
-    // 4. Every dashboard query returns data, but for a query of event counters (created at the
-    // first event: errors, deferrals, validation failures) when no such event happened in its
-    // selection, which Prometheus confirms.
+    // 4. Every dashboard query runs without error and returns data, but for a query of event
+    // counters when no such event happened in its selection (queries_without_data).
     let queries = json(&run, "dashboard-results.json");
     let queries = queries.as_array().unwrap();
-    let no_events = |q: &Value| {
-        let events = q["events"].as_object().unwrap();
-        !events.is_empty() && events.values().all(|n| n.as_u64() == Some(0))
-    };
-    let (quiet, empty): (Vec<&Value>, Vec<&Value>) = queries
-        .iter()
-        .filter(|q| q["series"].as_u64().unwrap_or(0) == 0)
-        .partition(|q| no_events(q));
-    let describe = |qs: &[&Value]| {
-        qs.iter()
-            .map(|q| format!("{}: {} ({})", q["where"], q["expr"], q["error"]))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let (quiet, empty) = queries_without_data(queries);
     assert!(
         empty.is_empty(),
         "{} of {} dashboard queries returned no data:\n{}",
@@ -327,4 +393,74 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         quiet.len(),
         describe(&quiet)
     );
+}
+
+#[test]
+fn the_clean_phase_is_sized_by_the_longest_for() {
+    let rules = "      - alert: A\n        for: 30s\n      - alert: B\n        for: 5m\n";
+    assert_eq!(longest_for_seconds(rules), 300);
+    assert_eq!(
+        longest_for_seconds("        for: 1h\n        for: 50s\n"),
+        3600
+    );
+}
+
+/// The check between the faults: a window held for the intervals passes; a firing sample in
+/// it fails, and so does a window with nothing in it (the faults back to back).
+#[test]
+fn the_window_between_the_faults_is_held_and_quiet() {
+    let interval = 10.0;
+    let (cap_resolved, stop_start) = (1000.0, 1000.0 + f64::from(HOLD_INTERVALS + 1) * interval);
+    let mut alerts = BTreeMap::new();
+    // The cap's alert, last seen just before it resolved, and node3's, after the stop began.
+    alerts.insert(
+        key("RdmaProbeLinkDegraded", "node2", "node1"),
+        vec![990.0, 1000.0],
+    );
+    alerts.insert(
+        key("RdmaProbeNodeIsolated", "", "node3"),
+        vec![stop_start + 60.0],
+    );
+    assert_quiet_between_faults(&alerts, cap_resolved, stop_start, interval);
+    // Back to back: nothing could show.
+    assert!(support::panics(|| assert_quiet_between_faults(
+        &alerts,
+        cap_resolved,
+        cap_resolved,
+        interval
+    )));
+    let mut fired = alerts.clone();
+    fired.insert(key("RdmaProbeStale", "node1", "node3"), vec![1030.0]);
+    assert!(support::panics(|| assert_quiet_between_faults(
+        &fired,
+        cap_resolved,
+        stop_start,
+        interval
+    )));
+}
+
+/// A query Prometheus answered with an error fails the check, even where its event counters
+/// say there was nothing to show.
+#[test]
+fn a_dashboard_query_that_failed_is_not_one_without_events() {
+    let query = |series: u64, error: Value, events: Value| serde_json::json!({ "where": "w", "expr": "e", "series": series, "error": error, "events": events });
+    let fine = vec![
+        query(3, Value::Null, serde_json::json!({})),
+        query(
+            0,
+            Value::Null,
+            serde_json::json!({ "rdma_probe_errors_total{}": 0 }),
+        ),
+        query(0, Value::Null, serde_json::json!({})),
+    ];
+    let (quiet, empty) = queries_without_data(&fine);
+    assert_eq!((quiet.len(), empty.len()), (1, 1));
+    let failed = vec![query(
+        0,
+        "bad_data: parse error".into(),
+        serde_json::json!({ "rdma_probe_errors_total{}": 0 }),
+    )];
+    assert!(support::panics(|| {
+        queries_without_data(&failed);
+    }));
 }

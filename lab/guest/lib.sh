@@ -83,6 +83,14 @@ lab_wait_listening() {
   done
 }
 
+# lab_start_responder [ARGS...]: this node's responder on the lab port with the scenario's key
+# (/tmp/psk) and ARGS, logging to responder.log; sets $responder to its pid once it listens.
+lab_start_responder() {
+  rdma-probe-exporter responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk "$@" >responder.log 2>&1 &
+  responder=$!
+  lab_wait_listening 18516 || { cat responder.log; return 1; }
+}
+
 # lab_signal NAME / lab_wait_signal NODE NAME [TIMEOUT_S]: one node tells others it reached a point.
 # lab_wait_for DESCRIPTION TIMEOUT_S COMMAND...: runs COMMAND every 0.5 s until it succeeds; after
 # TIMEOUT_S it says what it waited for (with the last lines of the scenario's exporter.log, when

@@ -15,9 +15,7 @@ fi
 
 case $LAB_NODE in
   node2)
-    $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
-    responder=$!
-    lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    lab_start_responder || exit 1
     lab_signal responder-up
     lab_wait_signal node1 probes-done 600 || exit 1
     kill -TERM $responder

@@ -23,6 +23,8 @@
 
 mod accounts;
 mod rail;
+#[cfg(test)]
+mod reference;
 mod report;
 mod stats;
 
@@ -630,5 +632,47 @@ mod tests {
         assert_eq!(one, run(2));
         assert_eq!(one, run(3));
         assert_eq!(one, run(5));
+    }
+
+    /// The naive reference (one queue for the whole cluster, one thread, every probe counted
+    /// as it starts) gives the same report: a small cluster with rotating groups, a full mesh,
+    /// and ToRs of 8 with the default series model.
+    #[test]
+    fn the_same_report_as_the_naive_reference() {
+        let full_mesh = SimulationConfig {
+            nodes: 10,
+            rails: 2,
+            nodes_per_group: 32,
+            duration: Duration::from_secs(3600),
+            ..small_cluster(2)
+        };
+        let tors = SimulationConfig {
+            nodes: 50,
+            rails: 4,
+            nodes_per_group: 8,
+            interval: Duration::from_secs(60),
+            duration: Duration::from_secs(2 * 3600),
+            selection: SelectionConfig {
+                round: Duration::from_secs(600),
+                ..SelectionConfig::default()
+            },
+            series: SeriesModel {
+                per_path: 8,
+                unpaced_every: 24,
+                detail_per_path: 12,
+                derived_per_path: 4,
+                ttl: Duration::from_secs(600),
+                budget: 4500,
+                ..small_cluster(2).series
+            },
+            track_all_paths: None,
+            ..small_cluster(2)
+        };
+        for config in [small_cluster(2), full_mesh, tors] {
+            let mut report = super::run(&config, |_| {}).unwrap();
+            report.elapsed = Duration::ZERO;
+            assert!(report.attempts > 0);
+            assert_eq!(report, reference::run(&config), "{config:?}");
+        }
     }
 }

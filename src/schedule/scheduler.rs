@@ -255,7 +255,8 @@ impl<K: ScheduleKey> DeviceState<K> {
         self.demand = self.paths.values().map(|p| p.cost / p.interval_secs()).sum();
     }
 
-    /// Rebuilds the index of idle paths (after the path set changed).
+    /// Builds the index of idle paths afresh (the check of the one kept in step).
+    #[cfg(test)]
     fn index_idle(&mut self) {
         self.idle = self
             .paths
@@ -525,9 +526,14 @@ impl<K: ScheduleKey> Scheduler<K> {
                 };
                 let phase = p.effective_interval(factor).mul_f64(dev.rng.unit());
                 let due = now.saturating_add(phase);
-                p.next_due = if pulled_in { p.next_due.min(due) } else { due };
+                let old = p.next_due;
+                p.next_due = if pulled_in { old.min(due) } else { due };
+                // Its entry in the idle index (a new path's is not there yet).
+                if p.running.is_none() {
+                    dev.idle.remove(&(old, key.clone()));
+                    dev.idle.insert((p.next_due, key));
+                }
             }
-            dev.index_idle();
         }
         // Devices that only lost paths: their demand, and whether they go (no path left and no
         // burst running).

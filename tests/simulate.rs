@@ -12,7 +12,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_rdma-probe-exporter");
 /// The report of `simulate --nodes <nodes> --duration 6h`, without its wall time.
 fn report(nodes: u32) -> String {
     let out = Command::new(BIN)
-        .args(["simulate", "--nodes", &nodes.to_string(), "--duration", "6h"])
+        .args([
+            "simulate",
+            "--nodes",
+            &nodes.to_string(),
+            "--duration",
+            "6h",
+        ])
         .output()
         .expect("runs the exporter");
     assert!(

@@ -252,7 +252,11 @@ impl<K: ScheduleKey> DeviceState<K> {
     }
 
     fn sum_demand(&mut self) {
-        self.demand = self.paths.values().map(|p| p.cost / p.interval_secs()).sum();
+        self.demand = self
+            .paths
+            .values()
+            .map(|p| p.cost / p.interval_secs())
+            .sum();
     }
 
     /// Builds the index of idle paths afresh (the check of the one kept in step).
@@ -559,7 +563,11 @@ impl<K: ScheduleKey> Scheduler<K> {
     /// one buffer.
     pub fn poll_into(&mut self, now: Duration, out: &mut Vec<Dispatch<K>>) {
         out.clear();
-        out.extend(self.devices.values_mut().filter_map(|dev| dev.dispatch(now)));
+        out.extend(
+            self.devices
+                .values_mut()
+                .filter_map(|dev| dev.dispatch(now)),
+        );
     }
 
     /// Reports the end of a dispatched burst. Success and failure schedule the path's next

@@ -15,8 +15,8 @@ use crate::schedule::{Outcome, PathPlan, Rotation, Scheduler};
 
 use super::stats::{gap_figures, path_id, path_of, NodeStats, RailGaps};
 use super::{
-    fitted_plans, longest_fixed_plan, nanos, node_selection, setup, times, Context, Report,
-    SimKey, SimulationConfig, BUSY_ANSWER,
+    fitted_plans, longest_fixed_plan, nanos, node_selection, setup, times, Context, Report, SimKey,
+    SimulationConfig, BUSY_ANSWER,
 };
 
 /// A burst (or `busy` answer) a device runs. Times in nanoseconds of virtual time.
@@ -123,7 +123,9 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
             selected.extend(selection.sampled);
             let plans = fitted_plans(config, &selected, c.ctx.shares[n]);
             let longest = longest_fixed_plan(&plans, &selected);
-            dev.sched.set_paths(plans, Duration::ZERO).expect("valid plans");
+            dev.sched
+                .set_paths(plans, Duration::ZERO)
+                .expect("valid plans");
             let planned = longest
                 .and_then(|k| dev.sched.path_status(&k))
                 .map(|st| st.effective_interval)
@@ -310,7 +312,8 @@ impl Cluster<'_> {
     ) {
         let config = self.ctx.config;
         let dev = &mut self.devices[usize::from(r)][n];
-        let change = (dev.rotation).advance(round, selection.sampled.iter().map(|s| s.key).collect());
+        let change =
+            (dev.rotation).advance(round, selection.sampled.iter().map(|s| s.key).collect());
         let mut removed = change.removed;
         let mut upsert: Vec<PathPlan<SimKey>> = (change.added.iter())
             .map(|k| {

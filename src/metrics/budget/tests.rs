@@ -92,6 +92,17 @@ fn expiry_takes_off_only_stale_paths_out_of_the_selection() {
     assert_eq!(b.dropped(), 0, "expiry is not a drop");
 }
 
+#[test]
+fn a_clock_that_steps_back_still_expires() {
+    // The recorder's clock is the wall clock: a path probed again "earlier" than before must
+    // still expire from its new last probe.
+    let mut b = SeriesBudget::new(1000, s(10));
+    b.record(1u32, s(100), false, series(12, 0));
+    b.record(1, s(20), false, series(12, 0));
+    assert_eq!(b.expire(s(31), |_| false), [1]);
+    assert!(!b.contains(&1));
+}
+
 proptest! {
     /// Whatever comes: the series never exceed the limit, every eviction ranks below the
     /// newcomer, and the counts add up.

@@ -57,7 +57,6 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
 
 /// `simulate`: the report on stdout, progress on stderr.
 fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<ExitCode> {
-    rerun_on_huge_pages();
     let report = crate::simulate::run(config, |t| {
         tracing::info!(hours = t.as_secs() / 3600, "simulated");
     })
@@ -69,49 +68,6 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
         .context("writing to stdout")?;
     Ok(ExitCode::SUCCESS)
 }
-
-/// glibc's malloc settings for `simulate`: transparent huge pages for its heap (where the
-/// kernel leaves them to `madvise`), no trimming, and buffers up to 32 MiB (a rail's log of
-/// probes) from the heap rather than from a mapping of their own, so that pages once faulted
-/// stay: each new mapping is zeroed by the kernel, each unmapping flushes the TLBs
-/// (docs/scale.md, "Simulation").
-const SIMULATE_MALLOC_TUNABLES: &str =
-    "glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295:\
-     glibc.malloc.top_pad=67108864:glibc.malloc.mmap_threshold=33554432";
-
-/// Runs this `simulate` again, in place, with [`SIMULATE_MALLOC_TUNABLES`] added to
-/// `GLIBC_TUNABLES`, unless that already says something of `glibc.malloc.hugetlb` (which is
-/// also how the second run knows it is the second). A large simulation reads its nodes' state,
-/// about 200 KiB each, in no useful order, so at 10,000 nodes a good part of its time goes to
-/// TLB misses; glibc reads its tunables only when a process starts (docs/scale.md,
-/// "Simulation"). If the run cannot be replaced, this one goes on as it is.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn rerun_on_huge_pages() {
-    use std::os::unix::process::CommandExt as _;
-    const VARIABLE: &str = "GLIBC_TUNABLES";
-    let current = std::env::var_os(VARIABLE).unwrap_or_default();
-    if current.to_string_lossy().contains("glibc.malloc.hugetlb") {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let mut tunables = current;
-    if !tunables.is_empty() {
-        tunables.push(":");
-    }
-    tunables.push(SIMULATE_MALLOC_TUNABLES);
-    let mut args = std::env::args_os();
-    let mut command = std::process::Command::new(exe);
-    if let Some(name) = args.next() {
-        command.arg0(name);
-    }
-    let error = command.args(args).env(VARIABLE, tunables).exec();
-    tracing::debug!(%error, "simulating without huge pages: cannot run again");
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn rerun_on_huge_pages() {}
 
 /// `run`: the exporter, until SIGTERM/SIGINT; SIGHUP reloads the config.
 async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCode> {

@@ -23,8 +23,7 @@
 //!
 //! [`dropped`]: SeriesBudget::dropped
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Per-path series of one node at most, unless configured: with ~12 base series a path, about
@@ -61,181 +60,12 @@ pub struct Admission<K> {
     pub shed_derived: bool,
 }
 
-/// FNV-1a: the keys are the node's own paths (labels from its config, or numbers), not input
-/// an attacker chooses, so a fast hash without flooding protection is enough; SipHash cost
-/// the simulation of ten thousand nodes a fifth of its time.
-#[derive(Debug, Clone, Copy)]
-pub struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xCBF2_9CE4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01B3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // One multiply-xorshift round per word instead of eight byte rounds.
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 ^= self.0 >> 29;
-    }
-}
-
-/// A `HashMap` with [`Fnv`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
-
-/// A path on `/metrics`. Its last probe is in its slot (see [`Order`]), not here.
+/// A path on `/metrics`.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     series: PathSeries,
+    last: Duration,
     preferred: bool,
-    /// The `seq` of its live slot: any other slot of the same key is stale.
-    seq: u32,
-}
-
-/// One probe of a path, in the order of its rank.
-#[derive(Debug, Clone)]
-struct Slot<K> {
-    /// The last probe, a [`Duration`] taken apart so that `seq` fits in its padding: 16 bytes
-    /// and the key, not 24 (the simulation of ten thousand nodes holds millions of slots).
-    secs: u64,
-    nanos: u32,
-    /// Taken from one counter per budget, so that two probes of one path at the same instant
-    /// leave slots that can still be told apart. A `u32` runs out after four billion probes:
-    /// then the live slots are numbered again ([`SeriesBudget::renumber`]).
-    seq: u32,
-    key: K,
-}
-
-impl<K> Slot<K> {
-    fn new(last: Duration, key: K, seq: u32) -> Self {
-        Slot {
-            secs: last.as_secs(),
-            nanos: last.subsec_nanos(),
-            seq,
-            key,
-        }
-    }
-
-    fn last(&self) -> Duration {
-        Duration::new(self.secs, self.nanos)
-    }
-
-    /// Where it goes in its order.
-    fn rank(&self) -> (u64, u32, &K) {
-        (self.secs, self.nanos, &self.key)
-    }
-}
-
-/// The paths of one rank (sampled, or preferred) by `(last probe, key)`: eviction order, and
-/// expiry order.
-///
-/// Time moves forward (the simulation's clock only ever does; the recorder's is the wall clock,
-/// which can step back), so a probe almost always lands at the back: a path probed again gets
-/// a new slot there and leaves its old one behind, stale, instead of being moved (a search
-/// tree's remove and insert cost several cache misses and the odd allocation, at every probe).
-/// Stale slots are skipped by every walk, dropped as soon as they reach the front, and all
-/// dropped at once when they outnumber the live ones, so the memory stays in proportion to the
-/// paths on `/metrics`. The slots, stale ones included, stay sorted: the live ones are in
-/// exactly the order a sorted set of `(last probe, key)` would hold.
-#[derive(Debug, Clone)]
-struct Order<K> {
-    /// Sorted by `(last, key)`; the front one, if any, is live.
-    slots: VecDeque<Slot<K>>,
-    /// Slots that are live: paths of this rank on `/metrics`.
-    live: usize,
-}
-
-/// The entry whose slot `slot` is, if `slot` is live.
-fn live<'a, K: Eq + Hash>(paths: &'a FastMap<K, Entry>, slot: &Slot<K>) -> Option<&'a Entry> {
-    paths.get(&slot.key).filter(|entry| entry.seq == slot.seq)
-}
-
-impl<K: Eq + Hash + Ord> Order<K> {
-    fn new() -> Self {
-        Order {
-            slots: VecDeque::new(),
-            live: 0,
-        }
-    }
-
-    /// The last probe of the path probed longest ago (the front slot is live).
-    fn first(&self) -> Option<Duration> {
-        self.slots.front().map(Slot::last)
-    }
-
-    /// Adds the live slot of a path just put on `/metrics` or probed again.
-    fn insert(&mut self, slot: Slot<K>) {
-        match self.slots.back() {
-            Some(back) if back.rank() > slot.rank() => {
-                self.insert_sorted(slot);
-            }
-            _ => self.slots.push_back(slot),
-        }
-    }
-
-    /// Only a clock that stepped back, or two paths probed at the same instant out of key
-    /// order, need this: out of line, so that the push at the back stays small.
-    #[cold]
-    #[inline(never)]
-    fn insert_sorted(&mut self, slot: Slot<K>) {
-        let at = self.slots.partition_point(|s| s.rank() <= slot.rank());
-        self.slots.insert(at, slot);
-    }
-
-    /// The slot `seq` went stale (its path was probed again, or left `/metrics`): drops it if
-    /// it is at the front, with the stale ones behind it, so that the front stays live and
-    /// [`first`](Self::first) exact; compacts once stale slots outnumber live ones.
-    fn retire(&mut self, seq: u32, paths: &FastMap<K, Entry>) {
-        if self.slots.front().is_some_and(|slot| slot.seq == seq) {
-            self.pop_stale_front(paths);
-        }
-        if self.slots.len() - self.live > self.live {
-            self.compact(paths);
-        }
-    }
-
-    fn pop_stale_front(&mut self, paths: &FastMap<K, Entry>) {
-        self.slots.pop_front();
-        while self
-            .slots
-            .front()
-            .is_some_and(|slot| live(paths, slot).is_none())
-        {
-            self.slots.pop_front();
-        }
-        self.give_back_room();
-    }
-
-    /// Drops every stale slot. Each compaction costs at most twice the stale slots it drops:
-    /// O(1) a probe over time.
-    #[cold]
-    #[inline(never)]
-    fn compact(&mut self, paths: &FastMap<K, Entry>) {
-        self.slots.retain(|slot| live(paths, slot).is_some());
-        self.give_back_room();
-    }
-
-    /// Gives back the room of a crowd of paths that has gone, but not the room the slots need
-    /// between two compactions (up to twice the live ones), or the slots would shrink and grow
-    /// again every round.
-    fn give_back_room(&mut self) {
-        let keep = 4 * self.slots.len().max(8);
-        if self.slots.capacity() > 2 * keep {
-            self.slots.shrink_to(keep);
-        }
-    }
 }
 
 /// The series budget of one node; see the module docs.
@@ -243,12 +73,15 @@ impl<K: Eq + Hash + Ord> Order<K> {
 pub struct SeriesBudget<K> {
     limit: usize,
     ttl: Duration,
-    paths: FastMap<K, Entry>,
-    /// The paths on `/metrics`, sampled ones and preferred ones apart.
-    sampled: Order<K>,
-    preferred: Order<K>,
-    /// The `seq` of the next slot.
-    next_seq: u32,
+    paths: BTreeMap<K, Entry>,
+    /// `(last probe, key)` of every path on `/metrics`, sampled ones and preferred ones apart:
+    /// eviction order, and expiry order.
+    sampled: BTreeSet<(Duration, K)>,
+    preferred: BTreeSet<(Duration, K)>,
+    /// At most the last probe of every path on `/metrics` ([`Duration::MAX`] when none is):
+    /// lets [`expire`](Self::expire), which runs at every probe, return without walking to the
+    /// first entry of each order when nothing can be stale.
+    oldest: Duration,
     base: usize,
     detail: usize,
     derived: usize,
@@ -257,15 +90,15 @@ pub struct SeriesBudget<K> {
     dropped: u64,
 }
 
-impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
+impl<K: Clone + Ord> SeriesBudget<K> {
     pub fn new(limit: usize, ttl: Duration) -> Self {
         SeriesBudget {
             limit,
             ttl,
-            paths: FastMap::default(),
-            sampled: Order::new(),
-            preferred: Order::new(),
-            next_seq: 0,
+            paths: BTreeMap::new(),
+            sampled: BTreeSet::new(),
+            preferred: BTreeSet::new(),
+            oldest: Duration::MAX,
             base: 0,
             detail: 0,
             derived: 0,
@@ -319,31 +152,8 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
     }
 
     /// Distinct values of `peer(key)` over the paths on `/metrics` (one `peer_info` each).
-    pub fn peers<P: Eq + Hash>(&self, peer: impl Fn(&K) -> P) -> usize {
-        self.paths
-            .keys()
-            .map(peer)
-            .collect::<std::collections::HashSet<_, BuildHasherDefault<Fnv>>>()
-            .len()
-    }
-
-    /// Starts loading what the next probes' [`record`](Self::record) and
-    /// [`expire`](Self::expire) read: every path's entry and both ends of each order. A hint
-    /// (see [`prefetch`](crate::schedule::prefetch)) for a caller that keeps many budgets and
-    /// knows which it will use next (the cluster simulation).
-    pub fn prefetch(&self) {
-        use crate::schedule::prefetch;
-        for entry in self.paths.values() {
-            prefetch(entry);
-        }
-        for order in [&self.sampled, &self.preferred] {
-            for slot in [order.slots.front(), order.slots.back()]
-                .into_iter()
-                .flatten()
-            {
-                prefetch(slot);
-            }
-        }
+    pub fn peers<P: Ord>(&self, peer: impl Fn(&K) -> P) -> usize {
+        self.paths.keys().map(peer).collect::<BTreeSet<_>>().len()
     }
 
     /// A probe of `key` at `now` leaves it with `series`; `preferred`: a same-group or
@@ -361,24 +171,20 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             shed_detail: false,
             shed_derived: false,
         };
-        // Taken before the path's entry is borrowed: renumbering (when the counter runs out)
-        // needs every entry. A path kept off wastes it.
-        let seq = self.take_seq();
-        match self.paths.get_mut(&key) {
-            // The common case: a path on /metrics probed again, its series unchanged.
-            Some(entry) if entry.series == series && entry.preferred == preferred => {
-                let stale = std::mem::replace(&mut entry.seq, seq);
-                let (order, paths) = self.order_mut(preferred);
-                order.insert(Slot::new(now, key, seq));
-                order.retire(stale, paths);
+        // The common case: a path on /metrics probed again, its series unchanged.
+        if let Some(entry) = self.paths.get_mut(&key) {
+            if entry.series == series && entry.preferred == preferred {
+                let old = (entry.last, key.clone());
+                entry.last = now;
+                // `oldest` stays at most every last probe, also when the clock steps back.
+                self.oldest = self.oldest.min(now);
+                let order = self.order_mut(preferred);
+                order.remove(&old);
+                order.insert((now, key));
                 return admission;
             }
-            Some(_) => {
-                self.take(&key);
-            }
-            // A path not on /metrics: nothing to take off (and no second lookup to find that).
-            None => {}
         }
+        self.take(&key);
         while self.series() + self.size(&series) > self.limit && self.shed < 2 {
             self.shed += 1;
             match self.shed {
@@ -390,19 +196,38 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         let room = self.limit.saturating_sub(self.series());
         if needed > room {
             // The lowest paths that rank below this one, as many as make room: all or none.
-            let Some(victims) = self.victims(preferred, now, needed - room) else {
+            let rank = (preferred, now);
+            let mut freed = 0;
+            let mut victims = Vec::new();
+            let lowest_first = (self.sampled.iter().map(|(last, k)| (false, last, k)))
+                .chain(self.preferred.iter().map(|(last, k)| (true, last, k)));
+            for (p, last, k) in lowest_first {
+                if (p, *last) >= rank || needed <= room + freed {
+                    break;
+                }
+                freed += self.paths.get(k).map_or(0, |e| self.size(&e.series));
+                victims.push(k.clone());
+            }
+            if needed > room + freed {
                 // Kept off (and taken off, if it was on).
                 self.dropped += 1;
                 admission.admitted = false;
                 return admission;
-            };
+            }
             for k in victims {
                 self.take(&k);
                 self.dropped += 1;
                 admission.evicted.push(k);
             }
         }
-        self.put(key, now, preferred, series, seq);
+        self.put(
+            key,
+            Entry {
+                series,
+                last: now,
+                preferred,
+            },
+        );
         admission
     }
 
@@ -412,25 +237,29 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
         let Some(cutoff) = now.checked_sub(self.ttl) else {
             return Vec::new();
         };
-        // Runs at every probe: most of the time nothing is stale, which the fronts tell.
-        if self.oldest() >= cutoff {
+        if self.oldest >= cutoff {
             return Vec::new();
         }
         // Each order is by last probe: the stale paths come first.
         let mut stale = Vec::new();
         for order in [&self.sampled, &self.preferred] {
-            for slot in &order.slots {
-                if slot.last() >= cutoff {
+            for (last, key) in order {
+                if *last >= cutoff {
                     break;
                 }
-                if live(&self.paths, slot).is_some() && !selected(&slot.key) {
-                    stale.push(slot.key.clone());
+                if !selected(key) {
+                    stale.push(key.clone());
                 }
             }
         }
         for key in &stale {
             self.take(key);
         }
+        self.oldest = [&self.sampled, &self.preferred]
+            .into_iter()
+            .filter_map(|order| order.first().map(|(last, _)| *last))
+            .min()
+            .unwrap_or(Duration::MAX);
         stale
     }
 
@@ -446,105 +275,33 @@ impl<K: Clone + Eq + Hash + Ord> SeriesBudget<K> {
             + if self.shed < 2 { series.derived } else { 0 }
     }
 
-    /// The last probe of the path probed longest ago ([`Duration::MAX`] when none is on
-    /// `/metrics`).
-    fn oldest(&self) -> Duration {
-        let sampled = self.sampled.first().unwrap_or(Duration::MAX);
-        let preferred = self.preferred.first().unwrap_or(Duration::MAX);
-        sampled.min(preferred)
-    }
-
-    /// The paths to take off, lowest first, so that `short` more series fit for a path of rank
-    /// `(preferred, now)`; `None` if those that rank below it are not enough.
-    fn victims(&self, preferred: bool, now: Duration, short: usize) -> Option<Vec<K>> {
-        let rank = (preferred, now);
-        let mut freed = 0;
-        let mut victims = Vec::new();
-        let lowest_first = [(false, &self.sampled), (true, &self.preferred)]
-            .into_iter()
-            .flat_map(|(p, order)| order.slots.iter().map(move |slot| (p, slot)));
-        for (p, slot) in lowest_first {
-            // The orders are sorted, so a stale slot that ranks too high ends the walk as well
-            // as a live one would.
-            if (p, slot.last()) >= rank || freed >= short {
-                break;
-            }
-            if let Some(entry) = live(&self.paths, slot) {
-                freed += self.size(&entry.series);
-                victims.push(slot.key.clone());
-            }
-        }
-        (freed >= short).then_some(victims)
-    }
-
-    /// The order of a rank, and the paths, borrowed apart.
-    fn order_mut(&mut self, preferred: bool) -> (&mut Order<K>, &FastMap<K, Entry>) {
-        let order = if preferred {
+    /// The order of a rank.
+    fn order_mut(&mut self, preferred: bool) -> &mut BTreeSet<(Duration, K)> {
+        if preferred {
             &mut self.preferred
         } else {
             &mut self.sampled
-        };
-        (order, &self.paths)
+        }
     }
 
     fn take(&mut self, key: &K) -> Option<Entry> {
         let entry = self.paths.remove(key)?;
+        self.order_mut(entry.preferred)
+            .remove(&(entry.last, key.clone()));
         self.base -= entry.series.base;
         self.detail -= entry.series.detail;
         self.derived -= entry.series.derived;
-        let (order, paths) = self.order_mut(entry.preferred);
-        order.live -= 1;
-        order.retire(entry.seq, paths);
         Some(entry)
     }
 
-    fn put(&mut self, key: K, now: Duration, preferred: bool, series: PathSeries, seq: u32) {
-        self.base += series.base;
-        self.detail += series.detail;
-        self.derived += series.derived;
-        self.paths.insert(
-            key.clone(),
-            Entry {
-                series,
-                preferred,
-                seq,
-            },
-        );
-        let (order, _) = self.order_mut(preferred);
-        order.live += 1;
-        order.insert(Slot::new(now, key, seq));
-    }
-
-    /// A `seq` that no slot has.
-    fn take_seq(&mut self) -> u32 {
-        if self.next_seq == u32::MAX {
-            self.renumber();
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        seq
-    }
-
-    /// Drops the stale slots and numbers the live ones from 0 again, once the counter is
-    /// spent: a stale slot left with an old number could match its path's entry again.
-    #[cold]
-    #[inline(never)]
-    fn renumber(&mut self) {
-        let paths = &mut self.paths;
-        let mut seq = 0;
-        for order in [&mut self.sampled, &mut self.preferred] {
-            order.slots.retain(|slot| live(paths, slot).is_some());
-            for slot in &mut order.slots {
-                if let Some(entry) = paths.get_mut(&slot.key) {
-                    entry.seq = seq;
-                }
-                slot.seq = seq;
-                // Four billion paths would not fit in memory.
-                seq += 1;
-            }
-            order.give_back_room();
-        }
-        self.next_seq = seq;
+    fn put(&mut self, key: K, entry: Entry) {
+        self.oldest = self.oldest.min(entry.last);
+        self.base += entry.series.base;
+        self.detail += entry.series.detail;
+        self.derived += entry.series.derived;
+        self.order_mut(entry.preferred)
+            .insert((entry.last, key.clone()));
+        self.paths.insert(key, entry);
     }
 }
 

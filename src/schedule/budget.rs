@@ -99,8 +99,7 @@ const PRUNE_EVERY: usize = 8;
 pub(crate) struct BurstWindow {
     window: Duration,
     /// `(start, end)` of recent bursts, in nanoseconds of the caller's time, in order of their
-    /// end: 16 bytes a burst, so that the few the scheduler touches at each completion share a
-    /// cache line.
+    /// end.
     bursts: VecDeque<(u64, u64)>,
 }
 
@@ -137,25 +136,11 @@ impl BurstWindow {
             self.bursts.pop_front();
         }
         // Bursts that left the window count for nothing in `used`, so they are dropped in
-        // batches, not one at each record: most records then touch only the newest end of the
-        // ring (one cache line, where a device state is cold when its next burst ends).
+        // batches, not at every record.
         if prunes_at(self.bursts.len()) {
             let from = nanos(end.saturating_sub(self.window));
             while self.bursts.front().is_some_and(|&(_, e)| e <= from) {
                 self.bursts.pop_front();
-            }
-        }
-    }
-
-    /// Starts loading the newest end of the ring, where the next record goes, and its oldest
-    /// end when that record prunes.
-    pub(crate) fn prefetch(&self) {
-        if let Some(last) = self.bursts.back() {
-            super::prefetch::prefetch(last);
-        }
-        if prunes_at((self.bursts.len() + 1).min(MAX_WINDOW_BURSTS)) {
-            if let Some(first) = self.bursts.front() {
-                super::prefetch::prefetch(first);
             }
         }
     }

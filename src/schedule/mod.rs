@@ -38,7 +38,6 @@
 
 mod budget;
 mod path;
-mod prefetch;
 mod rng;
 mod scheduler;
 pub mod select;
@@ -52,7 +51,6 @@ pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey, MAX_INTERVAL,
 };
-pub use prefetch::{prefetch, CACHE_LINE};
 pub use rng::seed_from_name;
 pub use scheduler::{
     Completion, DeviceStats, PathStatus, ScheduleConfig, Scheduler, DEFAULT_BUSY_BACKOFF,

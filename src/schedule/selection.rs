@@ -783,20 +783,6 @@ impl<K: Clone + Ord> Rotation<K> {
         self.find(key).is_ok()
     }
 
-    /// Starts loading the sampled paths, which [`probed`](Self::probed) searches (a hint:
-    /// see [`prefetch`](super::prefetch)).
-    pub fn prefetch(&self) {
-        for entry in [
-            self.sampled.first(),
-            self.sampled.get(self.sampled.len() / 2),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            super::prefetch(entry);
-        }
-    }
-
     /// A probe of `key` ran (succeeded or failed; a `busy` answer is not a probe).
     pub fn probed(&mut self, key: &K) {
         if let Ok(i) = self.find(key) {

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 
 use super::rail::{Probe, RailSim};
@@ -31,18 +29,10 @@ impl Accounts {
         }
     }
 
-    /// Starts loading this node's budget and figures, for a caller about to replay it next:
-    /// they are cold (each node's are read once per chunk), and a replay reads them in no useful
-    /// order. A hint: it changes nothing.
-    pub fn prefetch(&self) {
-        self.budget.prefetch();
-        self.stats.prefetch();
-    }
-
     /// Node `n`'s probes of the chunk just run, from every rail, in the order the node started
     /// them: by time, then rail (a node's devices are polled in rail order).
     pub fn replay(&mut self, n: usize, rails: &[RailSim], ctx: &Context) {
-        let mut logs: SmallVec<[&[Probe]; 8]> = rails.iter().map(|r| r.probes_of(n)).collect();
+        let mut logs: Vec<&[Probe]> = rails.iter().map(|r| r.probes_of(n)).collect();
         loop {
             let mut first: Option<(u64, usize)> = None;
             for (rail, log) in logs.iter().enumerate() {

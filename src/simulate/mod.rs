@@ -22,8 +22,9 @@
 //!   the room ([`SeriesBudget`](crate::metrics::budget::SeriesBudget)).
 
 mod accounts;
-mod queue;
 mod rail;
+#[cfg(test)]
+mod reference;
 mod report;
 mod stats;
 
@@ -333,44 +334,50 @@ struct Sim<'a> {
     threads: usize,
 }
 
+/// What the nodes share: the context, the cluster's layout, and every node's selector.
+fn setup(config: &SimulationConfig) -> (Context<'_>, Arc<Layout>, Vec<Selector>) {
+    let names: Vec<String> = (0..config.nodes).map(node_name).collect();
+    let labels: Vec<std::collections::BTreeMap<String, String>> = (0..config.nodes)
+        .map(|i| {
+            [(
+                config.selection.group_by.clone(),
+                format!("tor{:05}", i / config.nodes_per_group),
+            )]
+            .into()
+        })
+        .collect();
+    let layout = Arc::new(Layout::new(
+        names.iter().map(String::as_str).zip(labels.iter()),
+        &config.selection.group_by,
+    ));
+    let devices: Vec<LocalDevice> = (0..config.rails)
+        .map(|r| LocalDevice::new(device_name(r), Some(r)))
+        .collect();
+    let selectors: Vec<Selector> = names
+        .iter()
+        .map(|name| Selector::with_layout(name, layout.clone(), &devices, &config.selection))
+        .collect();
+    let ctx = Context {
+        config,
+        schedule: ScheduleConfig::with_duty_cycle(config.duty_cycle),
+        seeds: names.iter().map(|name| seed_from_name(name)).collect(),
+        shares: (selectors.iter())
+            .map(|s| s.coverage().sampled_per_device)
+            .collect(),
+        // One layout for all: every node alike.
+        full_mesh: selectors[0].is_full_mesh(),
+        groups: config.nodes.div_ceil(config.nodes_per_group),
+        track_all: config.track_all_paths.unwrap_or_else(|| {
+            config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails)
+                <= TRACK_ALL_PATHS_UP_TO
+        }),
+    };
+    (ctx, layout, selectors)
+}
+
 impl<'a> Sim<'a> {
     fn new(config: &'a SimulationConfig) -> Result<Self, SimulateError> {
-        let names: Vec<String> = (0..config.nodes).map(node_name).collect();
-        let labels: Vec<std::collections::BTreeMap<String, String>> = (0..config.nodes)
-            .map(|i| {
-                [(
-                    config.selection.group_by.clone(),
-                    format!("tor{:05}", i / config.nodes_per_group),
-                )]
-                .into()
-            })
-            .collect();
-        let layout = Arc::new(Layout::new(
-            names.iter().map(String::as_str).zip(labels.iter()),
-            &config.selection.group_by,
-        ));
-        let devices: Vec<LocalDevice> = (0..config.rails)
-            .map(|r| LocalDevice::new(device_name(r), Some(r)))
-            .collect();
-        let selectors: Vec<Selector> = names
-            .iter()
-            .map(|name| Selector::with_layout(name, layout.clone(), &devices, &config.selection))
-            .collect();
-        let ctx = Context {
-            config,
-            schedule: ScheduleConfig::with_duty_cycle(config.duty_cycle),
-            seeds: names.iter().map(|name| seed_from_name(name)).collect(),
-            shares: (selectors.iter())
-                .map(|s| s.coverage().sampled_per_device)
-                .collect(),
-            // One layout for all: every node alike.
-            full_mesh: selectors[0].is_full_mesh(),
-            groups: config.nodes.div_ceil(config.nodes_per_group),
-            track_all: config.track_all_paths.unwrap_or_else(|| {
-                config.nodes as u64 * (config.nodes as u64 - 1) * u64::from(config.rails)
-                    <= TRACK_ALL_PATHS_UP_TO
-            }),
-        };
+        let (ctx, layout, selectors) = setup(config);
         let rails = (0..config.rails)
             .map(|r| RailSim::new(r, &ctx))
             .collect::<Result<Vec<_>, _>>()?;
@@ -477,12 +484,8 @@ impl<'a> Sim<'a> {
         let parts: Vec<(usize, &mut [Accounts])> =
             self.accounts.chunks_mut(per_thread).enumerate().collect();
         parallel(parts, |(i, part)| {
-            for k in 0..part.len() {
+            for (k, accounts) in part.iter_mut().enumerate() {
                 let n = i * per_thread + k;
-                if let Some(next) = part.get(k + 1) {
-                    next.prefetch();
-                }
-                let accounts = &mut part[k];
                 if sample {
                     accounts.sample(n, Duration::from_nanos(from), rails, ctx);
                 }
@@ -629,5 +632,47 @@ mod tests {
         assert_eq!(one, run(2));
         assert_eq!(one, run(3));
         assert_eq!(one, run(5));
+    }
+
+    /// The naive reference (one queue for the whole cluster, one thread, every probe counted
+    /// as it starts) gives the same report: a small cluster with rotating groups, a full mesh,
+    /// and ToRs of 8 with the default series model.
+    #[test]
+    fn the_same_report_as_the_naive_reference() {
+        let full_mesh = SimulationConfig {
+            nodes: 10,
+            rails: 2,
+            nodes_per_group: 32,
+            duration: Duration::from_secs(3600),
+            ..small_cluster(2)
+        };
+        let tors = SimulationConfig {
+            nodes: 50,
+            rails: 4,
+            nodes_per_group: 8,
+            interval: Duration::from_secs(60),
+            duration: Duration::from_secs(2 * 3600),
+            selection: SelectionConfig {
+                round: Duration::from_secs(600),
+                ..SelectionConfig::default()
+            },
+            series: SeriesModel {
+                per_path: 8,
+                unpaced_every: 24,
+                detail_per_path: 12,
+                derived_per_path: 4,
+                ttl: Duration::from_secs(600),
+                budget: 4500,
+                ..small_cluster(2).series
+            },
+            track_all_paths: None,
+            ..small_cluster(2)
+        };
+        for config in [small_cluster(2), full_mesh, tors] {
+            let mut report = super::run(&config, |_| {}).unwrap();
+            report.elapsed = Duration::ZERO;
+            assert!(report.attempts > 0);
+            assert_eq!(report, reference::run(&config), "{config:?}");
+        }
     }
 }

@@ -14,11 +14,12 @@
 //! the rails did and never changes it: each rail logs its probes ([`Probe`]) for the node's
 //! accounts, which replay them in time order (module `accounts`).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use crate::schedule::{prefetch, Dispatch, Outcome, PathPlan, Rotation, Scheduler};
+use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler};
 
-use super::queue::{WakeQueue, AHEAD};
 use super::stats::RailGaps;
 use super::{
     fitted_plans, longest_fixed_plan, nanos, Context, RailSelection, SimKey, SimulateError,
@@ -41,9 +42,6 @@ pub(super) struct Probe {
 struct Burst {
     /// When the burst in progress ends.
     end: u64,
-    /// When the node must wake for it: at the end of a `busy` answer (its retry comes soon
-    /// after), else when the device's next path is due but not before the end ([`wake_for`]).
-    wake: u64,
     /// Bursts (not `busy` answers) so far.
     bursts: u64,
     peer: u32,
@@ -54,9 +52,7 @@ struct Burst {
 }
 
 /// A node's device on this rail: its scheduler, the sampled paths of the rail in this round,
-/// its burst, and what it showed at the last round (for the node's sample). Aligned to cache
-/// lines, so that loading one ahead ([`RailSim::prefetch_ahead`]) takes whole lines.
-#[repr(align(64))]
+/// its burst, and what it showed at the last round (for the node's sample).
 struct Device {
     sched: Scheduler<SimKey>,
     rotation: Rotation<SimKey>,
@@ -83,36 +79,23 @@ pub(super) struct RailSim {
     devices: Vec<Device>,
     /// Per node, its responder device on this rail.
     responders: Vec<Responder>,
-    /// Each device's next wake-up `(ns, node)`, one entry per node: a step moves its entry.
-    queue: WakeQueue,
+    /// Each device's next wake-up `(ns, node)`, one entry per node, the first on top (ties:
+    /// node order).
+    queue: BinaryHeap<Reverse<(u64, u32)>>,
     pub gaps: RailGaps,
     /// The buffer of each step's dispatches (one allocation for the whole run).
     dispatches: Vec<Dispatch<SimKey>>,
-    /// This chunk's probes in the order they started (time, then node); by node once the chunk
-    /// is over ([`RailSim::sort_log`]).
+    /// This chunk's probes in the order they started (time, then node).
     log: Vec<Probe>,
-    /// Where each node's probes start in the sorted log (`nodes + 1` entries).
-    log_starts: Vec<u32>,
+    /// The last chunk's probes by node, each node's in time order ([`RailSim::sort_log`]).
     sorted: Vec<Probe>,
     pub peak_aimed: u32,
     pub attempts: u64,
     pub busy: u64,
 }
 
-/// Where in a rail's next wake-ups each stage of [`RailSim::prefetch_ahead`] looks: the
-/// device's own fields first, its scheduler's device state ten steps later, what those point to
-/// ten steps after that, the responder of its next burst three steps before its turn. Spaced
-/// so that a stage finds loaded what the one before asked for, with room for a host whose
-/// memory is slow or busy (16 wake-ups with stages at 15, 10, 5 and 2 measured no faster).
-const LOAD_DEVICE: usize = AHEAD - 1;
-const LOAD_DEVICE_STATE: usize = 20;
-const LOAD_PATHS: usize = 10;
-const LOAD_RESPONDER: usize = 3;
-
 /// When a device must wake for a burst that ends at `end`: at the end of a `busy` answer; else
-/// when its next path may start, but not before the end. Only a completion or a new path set
-/// changes that (the device dispatches nothing meanwhile, and its budget gate moves only at its
-/// completions), so it is asked of the scheduler once per burst and at rounds.
+/// when its next path may start, but not before the end.
 fn wake_for(sched: &Scheduler<SimKey>, rail: u16, end: u64, busy: bool) -> u64 {
     if busy {
         return end;
@@ -141,11 +124,10 @@ impl RailSim {
             rail,
             devices,
             responders: vec![Responder::default(); nodes],
-            queue: WakeQueue::default(),
+            queue: BinaryHeap::new(),
             gaps: RailGaps::new(ctx.config, rail, ctx.groups, ctx.track_all),
             dispatches: Vec::with_capacity(1),
             log: Vec::new(),
-            log_starts: vec![0; nodes + 1],
             sorted: Vec::new(),
             peak_aimed: 0,
             attempts: 0,
@@ -187,52 +169,19 @@ impl RailSim {
     /// The queue of every node's wake-up on this rail, afresh (after the start, and after a
     /// round that moved them all).
     pub fn rebuild_queue(&mut self) {
-        let entries = (self.devices.iter().enumerate()).map(|(n, d)| (d.wake, n as u32));
-        self.queue = WakeQueue::new(entries);
+        let entries = (self.devices.iter().enumerate()).map(|(n, d)| Reverse((d.wake, n as u32)));
+        self.queue = entries.collect();
     }
 
     /// Runs every wake-up before `until` (ns), in time order (ties: node order).
     pub fn run_until(&mut self, until: u64, ctx: &Context) {
-        while let Some((wake, n)) = self.queue.first() {
+        while let Some(&Reverse((wake, n))) = self.queue.peek() {
             if wake >= until {
                 break;
             }
-            self.prefetch_ahead();
+            self.queue.pop();
             let next = self.step(n as usize, wake, ctx);
-            // The node's entry is still the first: it moves to the node's next wake-up.
-            self.queue.replace_first((next, n));
-        }
-    }
-
-    /// Starts loading the state of the devices that step next, in three stages as they come
-    /// nearer in the queue, each reading what the one before loaded: a device's own fields,
-    /// then its scheduler's device state, then the paths and the responder its step reads. A
-    /// device's state is cold when its step comes (each comes every few seconds of virtual
-    /// time, after thousands of others), and loaded one after the other its lines would be
-    /// waited for one after the other. A hint: it changes no result.
-    fn prefetch_ahead(&self) {
-        if let Some((_, n)) = self.queue.ahead(LOAD_DEVICE) {
-            let dev = &self.devices[n as usize];
-            prefetch(&dev.burst);
-            prefetch(&dev.rotation);
-            dev.sched.prefetch_summary();
-        }
-        if let Some((_, n)) = self.queue.ahead(LOAD_DEVICE_STATE) {
-            self.devices[n as usize].sched.prefetch_devices();
-        }
-        if let Some((_, n)) = self.queue.ahead(LOAD_PATHS) {
-            let dev = &self.devices[n as usize];
-            dev.sched.prefetch_paths();
-            if dev.burst.running && dev.burst.sampled {
-                // Its completion marks the sampled path probed.
-                dev.rotation.prefetch();
-            }
-        }
-        if let Some((_, n)) = self.queue.ahead(LOAD_RESPONDER) {
-            if let Some((key, _)) = self.devices[n as usize].sched.next_due(&self.rail) {
-                prefetch(&self.responders[key.peer as usize]);
-                self.gaps.prefetch(n as usize, key.peer as usize);
-            }
+            self.queue.push(Reverse((next, n)));
         }
     }
 
@@ -307,11 +256,9 @@ impl RailSim {
             peer: key.peer,
             busy,
         });
-        let end = now + hold;
         let dev = &mut self.devices[n];
         dev.burst = Burst {
-            end,
-            wake: wake_for(&dev.sched, self.rail, end, busy),
+            end: now + hold,
             bursts: dev.burst.bursts + u64::from(!busy),
             peer: key.peer,
             running: true,
@@ -326,8 +273,7 @@ impl RailSim {
         let mut wake = dev.sched.wait_until().map_or(u64::MAX, nanos);
         if dev.burst.running {
             let b = &dev.burst;
-            debug_assert_eq!(b.wake, wake_for(&dev.sched, self.rail, b.end, b.busy));
-            wake = wake.min(b.wake);
+            wake = wake.min(wake_for(&dev.sched, self.rail, b.end, b.busy));
         }
         wake.max(t + 1)
     }
@@ -392,13 +338,7 @@ impl RailSim {
         }
         dev.sched
             .update_paths(&removed, upsert, t)
-            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
-        // The new path set may have changed what a running burst does next.
-        let b = &mut dev.burst;
-        if b.running {
-            b.wake = wake_for(&dev.sched, self.rail, b.end, b.busy);
-        }
-        Ok(())
+            .map_err(|e| SimulateError::Schedule(e.to_string()))
     }
 
     /// Keeps what node `n`'s device shows at `t` for the node's sample: its paths and its
@@ -420,29 +360,19 @@ impl RailSim {
         }
     }
 
-    /// Sorts this chunk's probes by node (each node's in time order), for the accounts.
+    /// Sorts this chunk's probes by node (each node's in time order, as they were logged), for
+    /// the accounts.
     pub fn sort_log(&mut self) {
-        let starts = &mut self.log_starts;
-        starts.fill(0);
-        for p in &self.log {
-            starts[p.node as usize + 1] += 1;
-        }
-        for i in 1..starts.len() {
-            starts[i] += starts[i - 1];
-        }
-        self.sorted.clear();
-        self.sorted.resize(self.log.len(), Probe::default());
-        let mut next: Vec<u32> = starts[..starts.len() - 1].to_vec();
-        for p in self.log.drain(..) {
-            let at = &mut next[p.node as usize];
-            self.sorted[*at as usize] = p;
-            *at += 1;
-        }
+        self.sorted = std::mem::take(&mut self.log);
+        // Stable: each node's probes stay in time order.
+        self.sorted.sort_by_key(|p| p.node);
     }
 
     /// Node `n`'s probes of this chunk, in time order (after [`RailSim::sort_log`]).
     pub fn probes_of(&self, n: usize) -> &[Probe] {
-        let (from, to) = (self.log_starts[n] as usize, self.log_starts[n + 1] as usize);
+        let n = n as u32;
+        let from = self.sorted.partition_point(|p| p.node < n);
+        let to = self.sorted.partition_point(|p| p.node <= n);
         &self.sorted[from..to]
     }
 

@@ -1,9 +1,8 @@
 //! What the simulation measures: gaps between probes (per same-group path, per ordered pair of
 //! groups and rail, per path), and each node's series, paths and duty cycle.
 
+use std::collections::HashMap;
 use std::time::Duration;
-
-use crate::metrics::budget::FastMap;
 
 use super::report::{GapFigures, NodeFigures};
 use super::SimulationConfig;
@@ -30,7 +29,7 @@ pub(super) struct NodeStats {
     pub planned_interval: Duration,
     nodes_per_group: usize,
     /// Per same-group path (rail × member): its last probe (ms; 0 = the start) and its probes so
-    /// far, side by side so that a probe touches one cache line of this table, not two.
+    /// far.
     same: Vec<(u32, u32)>,
     same_max_gap: u32,
     series_max: usize,
@@ -48,14 +47,6 @@ impl NodeStats {
             series_max: 0,
             paths_max: 0,
             duty_peak: 0.0,
-        }
-    }
-
-    /// Starts loading the table of same-group paths, a cache line at a time (a hint).
-    pub fn prefetch(&self) {
-        let per_line = (crate::schedule::CACHE_LINE / std::mem::size_of::<(u32, u32)>()).max(1);
-        for entry in self.same.iter().step_by(per_line) {
-            crate::schedule::prefetch(entry);
         }
     }
 
@@ -121,11 +112,10 @@ pub(super) struct RailGaps {
     nodes: usize,
     rails: usize,
     nodes_per_group: usize,
-    /// Per (source group, target group): last probe (ms) and longest gap, side by side so that
-    /// a probe touches one cache line of this table, not two.
+    /// Per (source group, target group): last probe (ms) and longest gap.
     pairs: Vec<(u32, u32)>,
     /// Per path (prober, peer): last probe (ms) and the longest gap so far.
-    paths: Option<FastMap<u64, u32>>,
+    paths: Option<HashMap<u64, u32>>,
     path_gap: u32,
 }
 
@@ -139,7 +129,7 @@ impl RailGaps {
             rails: config.rails as usize,
             nodes_per_group: config.nodes_per_group,
             pairs: vec![(0, 0); pairs],
-            paths: track_all.then(FastMap::default),
+            paths: track_all.then(HashMap::new),
             path_gap: 0,
         }
     }
@@ -148,13 +138,6 @@ impl RailGaps {
     fn pair_of(&self, n: usize, peer: usize) -> Option<usize> {
         let (g, h) = (n / self.nodes_per_group, peer / self.nodes_per_group);
         (g != h).then_some(g * self.groups + h)
-    }
-
-    /// Starts loading what [`record`](Self::record) of `n` probing `peer` touches (a hint).
-    pub fn prefetch(&self, n: usize, peer: usize) {
-        if let Some(pair) = self.pair_of(n, peer).and_then(|i| self.pairs.get(i)) {
-            crate::schedule::prefetch(pair);
-        }
     }
 
     /// Node `n` probed `peer` on this rail at `t` (ns).

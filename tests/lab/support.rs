@@ -125,12 +125,12 @@ impl LabRun {
 /// them `bins` (paths relative to the repo root). Keeps the run directory under target/lab-runs.
 ///
 /// A guest kernel that panics is most likely the lab failing, not the code under test (Debian's
-/// 6.12.117 rxe oopsed in `net_rx_action` and `kmalloc` under emulation, about once in ten boots;
-/// the pinned kernel is chosen by a trial, lab/README.md "Kernel"): `lab/run` stops such a run at once, and it is
-/// reported loudly and run again, [`PANIC_RERUNS`] time. The rerun is a result, not a secret:
-/// every lab test prints a `LAB SUMMARY` line with its reruns, writes them to `lab-summary` in
-/// its run directory, and appends them to `target/lab-runs/reruns.txt` (scripts/test shows that
-/// file). The same scenario panicking again fails the test: a panic the code under test causes
+/// 6.12.117 rxe oopsed in `net_rx_action` and `kmalloc` under emulation, about once in ten
+/// boots; the pinned kernel is chosen by a trial, lab/README.md "Kernel"): `lab/run` stops such a
+/// run at once, and it is reported loudly and run again, [`PANIC_RERUNS`] time. The rerun is a
+/// result, not a secret: every lab test prints a `LAB SUMMARY` line with its reruns, writes them
+/// to `lab-summary` in its run directory, and appends them to `target/lab-runs/reruns.txt`
+/// (scripts/test shows that file). The same scenario panicking again fails the test: a panic the code under test causes
 /// must not pass. A boot failure or a timeout fails it too.
 pub fn run(name: &str, nodes: u32, scenario: &str, bins: &[&Path], timeout_s: u32) -> LabRun {
     run_with_files(name, nodes, scenario, bins, &[], timeout_s)

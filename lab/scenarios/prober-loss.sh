@@ -9,8 +9,7 @@ case $LAB_NODE in
     lab_wait_signal node2 responder-up || exit 1
     $bin probe "$(lab_addr node2):18516" --device rxe0 --psk-file /tmp/psk --json \
       --duration 120s --rate-limit 10Mbps >long.json 2>&1 &
-    sleep 3
-    lab_signal bursting
+    lab_signal probe-started
     wait # powered off long before the burst ends
     ;;
   node2)
@@ -18,8 +17,14 @@ case $LAB_NODE in
       --idle-timeout 60s --metrics-listen 127.0.0.1:9587 >responder.log 2>&1 &
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
-    lab_wait_signal node1 bursting 120 || exit 1
-    grep -q "session set up" responder.log || { echo "no session from node1"; cat responder.log; exit 1; }
+    lab_wait_signal node1 probe-started 120 || exit 1
+    # Mid-burst: node1's session is set up (seconds under emulation) and its WRITEs are arriving.
+    lab_wait_for "node1's session" 60 grep -q "session set up" responder.log \
+      || { echo "no session from node1"; cat responder.log; exit 1; }
+    rcvd() { cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts; }
+    before=$(rcvd)
+    arriving() { [ "$(rcvd)" -gt $((before + 100)) ]; }
+    lab_wait_for "node1's burst" 60 arriving || exit 1
     stopped=$(date +%s.%N)
     lab_stop_node node1 || exit 1
     start=$SECONDS

@@ -467,9 +467,9 @@ fn fake_run(dir: &Path, panicked: bool) -> LabRun {
 fn a_guest_kernel_panic_reruns_once_as_a_recorded_result() {
     let base = std::env::temp_dir().join(format!("lab-support-{}-rerun", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let dir = base.join("scenario");
+    let dir = base.join("synthetic-panic-once");
     let mut attempts = 0;
-    let run = run_guarded("scenario", &dir, || {
+    let run = run_guarded("synthetic-panic-once", &dir, || {
         attempts += 1;
         fake_run(&dir, attempts == 1)
     });
@@ -481,10 +481,13 @@ fn a_guest_kernel_panic_reruns_once_as_a_recorded_result() {
         "{summary}"
     );
     let reruns = std::fs::read_to_string(base.join("reruns.txt")).unwrap();
-    assert!(reruns.contains("LAB SUMMARY 'scenario'"), "{reruns}");
+    assert!(
+        reruns.contains("LAB SUMMARY 'synthetic-panic-once'"),
+        "{reruns}"
+    );
     // No panic: nothing rerun, a summary all the same, nothing added to reruns.txt.
-    let quiet = base.join("quiet");
-    let run = run_guarded("quiet", &quiet, || fake_run(&quiet, false));
+    let quiet = base.join("synthetic-quiet");
+    let run = run_guarded("synthetic-quiet", &quiet, || fake_run(&quiet, false));
     assert!(run.kernel_panics.is_empty());
     let summary = std::fs::read_to_string(quiet.join("lab-summary")).unwrap();
     assert!(
@@ -502,11 +505,11 @@ fn a_guest_kernel_panic_reruns_once_as_a_recorded_result() {
 fn the_same_scenario_panicking_twice_fails() {
     let base = std::env::temp_dir().join(format!("lab-support-{}-twice", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let dir = base.join("scenario");
+    let dir = base.join("synthetic-panic-twice");
     let mut attempts = 0;
     // Panics twice, then would pass: it must fail at the second panic, never run a third time.
     let failed = panics(|| {
-        run_guarded("scenario", &dir, || {
+        run_guarded("synthetic-panic-twice", &dir, || {
             attempts += 1;
             fake_run(&dir, attempts <= 2)
         });

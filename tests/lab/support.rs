@@ -416,31 +416,19 @@ fn exit_statuses_are_asserted_exactly() {
     );
     run.assert_exits("node1", "exits", &[("probe", "0"), ("exporter", "0")]);
     // A failed command, a missing one, an unexpected one, the order, a missing file.
-    assert!(panics(|| run.assert_exits(
-        "node2",
-        "exits",
-        &[("responder", "0")]
-    )));
-    assert!(panics(|| run.assert_exits(
-        "node3",
-        "exits",
-        &[("probe", "0"), ("exporter", "0")]
-    )));
-    assert!(panics(|| run.assert_exits(
-        "node1",
-        "exits",
-        &[("probe", "0")]
-    )));
-    assert!(panics(|| run.assert_exits(
-        "node1",
-        "exits",
-        &[("exporter", "0"), ("probe", "0")]
-    )));
-    assert!(panics(|| run.assert_exits(
-        "node4",
-        "exits",
-        &[("probe", "0")]
-    )));
+    let wrong: [(&str, &[(&str, &str)]); 5] = [
+        ("node2", &[("responder", "0")]),
+        ("node3", &[("probe", "0"), ("exporter", "0")]),
+        ("node1", &[("probe", "0")]),
+        ("node1", &[("exporter", "0"), ("probe", "0")]),
+        ("node4", &[("probe", "0")]),
+    ];
+    for (node, expected) in wrong {
+        assert!(
+            panics(|| run.assert_exits(node, "exits", expected)),
+            "{node}: {expected:?} passed"
+        );
+    }
     let _ = std::fs::remove_dir_all(&run.dir);
 }
 

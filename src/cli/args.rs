@@ -20,12 +20,14 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::burst::plan::{MAX_QPS, MAX_TX_DEPTH};
 use crate::burst::{BurstLength, BurstPlan};
-use crate::config::units::{BYTE_SIZE_FORMS, RATE_LIMIT_FORMS};
-use crate::config::{parse_positive_duration, ByteSize, RateLimit};
 use crate::control::{AuthMode, Keys, Psk};
 use crate::perftest::PerftestOptions;
 use crate::prober::ProbeSettings;
 use crate::responder::{ResponderSettings, ServedDevice};
+use crate::units::{
+    parse_duration, parse_positive_duration, ByteSize, RateLimit, UnitError, BYTE_SIZE_FORMS,
+    RATE_LIMIT_FORMS,
+};
 use crate::verbs::LocalPort;
 use crate::verbs::PathMtu;
 
@@ -1153,9 +1155,7 @@ fn usage_error(subcommand: &str, kind: ErrorKind, message: impl std::fmt::Displa
 /// A byte size of at least one byte: every size flag (message size, burst bytes, pinned
 /// memory) is meaningless at zero, and `ByteSize` itself accepts `0`.
 fn parse_byte_size(s: &str) -> Result<ByteSize, String> {
-    let size: ByteSize = s
-        .parse()
-        .map_err(|e: crate::config::UnitError| e.to_string())?;
+    let size: ByteSize = s.parse().map_err(|e: UnitError| e.to_string())?;
     if size.bytes() == 0 {
         return Err(format!(
             "byte size {s:?} must be greater than zero; expected {BYTE_SIZE_FORMS}"
@@ -1188,9 +1188,9 @@ fn parse_pace(s: &str) -> Result<Pace, String> {
 }
 
 fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
-    s.parse().map_err(|e: crate::config::UnitError| match e {
+    s.parse().map_err(|e: UnitError| match e {
         // The unit errors already list the forms; an empty one gets them too.
-        crate::config::UnitError::Empty { .. } => {
+        UnitError::Empty { .. } => {
             format!("empty rate; expected {RATE_LIMIT_FORMS}; or `unpaced`")
         }
         e => format!("{e}; or `unpaced`"),
@@ -1198,7 +1198,7 @@ fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
 }
 
 fn parse_pause(s: &str) -> Result<Duration, String> {
-    crate::config::parse_duration(s).map_err(|e| e.to_string())
+    parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn parse_duration_flag(s: &str) -> Result<Duration, String> {

@@ -2,11 +2,12 @@
 //! `50000msg/s`, `25%`) and durations (`500ms`).
 //!
 //! Why a module of its own: the same strings appear in the YAML config, on the command line and in
-//! error messages, and a rate limit that is silently read 8× too high (bits vs bytes) or ignored
-//! (perftest's software limiter does nothing below tx_depth messages per second;
-//! docs/architecture.md, "Pacing and waiting") is exactly the kind of bug this product exists to
-//! avoid. So parsing is strict, every rejection names the accepted forms, and values print back
-//! in a form that parses to the same value (`Display` round-trips).
+//! error messages; `config` (which builds burst plans) and `burst` (whose plans carry a rate) both
+//! use them, so this module imports nothing else of this crate. And a rate limit that is silently
+//! read 8× too high (bits vs bytes) or ignored (perftest's software limiter does nothing below
+//! tx_depth messages per second; docs/architecture.md, "Pacing and waiting") is exactly the kind
+//! of bug this product exists to avoid. So parsing is strict, every rejection names the accepted
+//! forms, and values print back in a form that parses to the same value (`Display` round-trips).
 //!
 //! Case: units are case-insensitive, except for the one letter that tells bits from bytes where
 //! it is the *only* thing that does: `Gb/s` or `MBps` are refused as ambiguous (write `Gbps` for

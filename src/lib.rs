@@ -25,4 +25,5 @@ pub mod responder;
 pub mod schedule;
 pub mod session;
 pub mod simulate;
+pub mod units;
 pub mod verbs;

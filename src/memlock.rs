@@ -12,7 +12,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::config::ByteSize;
+use crate::units::ByteSize;
 
 /// `CAP_IPC_LOCK`'s bit in the capability sets (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;

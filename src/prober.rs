@@ -15,7 +15,6 @@ use thiserror::Error;
 use crate::burst::engine::{run_burst, BurstFailure, BurstTargets, BurstTiming, EngineError};
 use crate::burst::run::burst_deadline;
 use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
-use crate::config::{RateLimit, ResolveError};
 use crate::control::message::Identity;
 use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
@@ -30,6 +29,7 @@ use crate::port::{
 };
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
+use crate::units::{RateLimit, ResolveError};
 use crate::verbs::{Context, LocalPort, PathMtu, RemoteAccess, RemoteAddr, VerbsError};
 
 /// Default memory budget of a session's regions on each end (see

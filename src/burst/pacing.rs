@@ -30,7 +30,7 @@
 
 use std::time::Duration;
 
-use crate::config::ResolvedRate;
+use crate::units::ResolvedRate;
 
 /// Default burst allowance: about 1 ms of traffic at the limit (docs/architecture.md, "Pacing and
 /// waiting").

@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::pacing::{Pacer, DEFAULT_BURST_ALLOWANCE};
 use super::signal::{SendWindow, SignalPolicy, WindowError, MAX_WR_INDEX};
 use super::stats::window_for_rate;
-use crate::config::units::{deserialize_positive_duration, ByteSize};
-use crate::config::ResolvedRate;
+use crate::units::{deserialize_positive_duration, ByteSize, ResolvedRate};
 
 /// perftest's default message size (`DEF_SIZE_BW`).
 pub const DEFAULT_MESSAGE_SIZE: u64 = 65536;

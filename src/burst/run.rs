@@ -351,7 +351,7 @@ pub fn burst_deadline(plan: &BurstPlan, timeout: Duration) -> Option<Duration> {
 mod tests {
     use super::*;
     use crate::burst::plan::BurstPlan;
-    use crate::config::units::ResolvedRate;
+    use crate::units::ResolvedRate;
 
     fn s(x: f64) -> Duration {
         Duration::from_secs_f64(x)

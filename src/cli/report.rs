@@ -12,8 +12,8 @@
 use std::fmt::Write as _;
 
 use crate::burst::BurstLength;
-use crate::config::RateLimit;
 use crate::prober::ProbeOutcome;
+use crate::units::RateLimit;
 
 /// Bytes in a MiB, perftest's default bandwidth unit (2^20 B/s).
 pub const BYTES_PER_MIB: f64 = 1_048_576.0;

@@ -1,4 +1,6 @@
-//! Carrying out a validated [`Action`]: logging set-up, and one function per subcommand.
+//! Carrying out a validated [`Action`]: logging set-up, the async runtime for the commands that
+//! do network I/O (`run`, `responder`, `probe`), and one function per subcommand. `devices`,
+//! `check-config` and `simulate` run on the calling thread without a runtime.
 //!
 //! Results go to stdout through explicit writes (never `println!`, which panics on a closed
 //! pipe such as `probe --json | head -c0`); errors and logs go to stderr.
@@ -6,6 +8,7 @@
 use std::future::Future;
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -44,15 +47,39 @@ pub fn init_tracing(logging: &Logging) -> anyhow::Result<()> {
 
 /// Runs the action; `Ok(FAILURE)` when it ran and failed after reporting why itself (a probe
 /// failure), `Err` when it could not run (the caller prints the error and exits 1).
-pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
+pub fn execute(action: Action) -> anyhow::Result<ExitCode> {
     match action {
-        Action::Responder(action) => run_responder(action).await,
-        Action::Probe(action) => run_probe(action).await,
+        Action::Run { config } => on_runtime(run_exporter(config)),
+        Action::Responder(action) => on_runtime(run_responder(action)),
+        Action::Probe(action) => on_runtime(run_probe(action)),
         Action::Devices(action) => run_devices(action),
         Action::CheckConfig(file) => run_check_config(&file),
-        Action::Run { config } => run_exporter(config).await,
         Action::Simulate(config) => run_simulate(&config),
     }
+}
+
+/// At exit, how long to wait for tasks still running (a session being torn down) before
+/// leaving anyway: a stuck peer must not keep the process alive.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Most async worker threads: the work is control-channel I/O (bursts run on their own
+/// threads), so a handful is plenty even on a 128-core GPU node.
+const MAX_WORKERS: usize = 4;
+
+/// Runs `command` to its end on a multi-threaded tokio runtime started for it.
+fn on_runtime(command: impl Future<Output = anyhow::Result<ExitCode>>) -> anyhow::Result<ExitCode> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_WORKERS);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("rdma-probe-async")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(command);
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    result
 }
 
 /// `simulate`: the report on stdout, progress on stderr.
@@ -182,7 +209,7 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
 }
 
 /// How long scrapes in flight may take to finish at shutdown.
-const ADMIN_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const ADMIN_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
     // Handlers first: a SIGTERM that arrives while the device is being opened must still end
@@ -332,5 +359,41 @@ fn run_check_config(file: &std::path::Path) -> anyhow::Result<ExitCode> {
             eprintln!("error: {e}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn action(args: &[&str]) -> Action {
+        let argv = std::iter::once("rdma-probe-exporter").chain(args.iter().copied());
+        Cli::try_parse_from(argv).unwrap().into_action().unwrap().1
+    }
+
+    /// `devices`, `check-config` and `simulate` start no runtime: run inside one, where starting
+    /// another and blocking on it panics, each ends as it would on its own.
+    #[test]
+    fn devices_check_config_and_simulate_run_without_a_runtime() {
+        let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+        let missing = missing.to_str().unwrap();
+        let mut simulate = action(&["simulate", "--nodes", "2"]);
+        if let Action::Simulate(config) = &mut simulate {
+            config.duration = Duration::ZERO;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // No device in this sysfs: what verbs lists, or verbs' error where there is none.
+            let _ = execute(action(&["devices", "--sysfs-root", missing]));
+            let check = execute(action(&["check-config", missing])).unwrap();
+            assert_eq!(check, ExitCode::FAILURE);
+            let simulated = execute(simulate).unwrap_err().to_string();
+            assert!(simulated.contains("duration"), "{simulated}");
+        });
     }
 }

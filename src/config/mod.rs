@@ -1,5 +1,5 @@
-//! The config file (YAML) → a validated [`Config`], parsed once; and the units operators write
-//! in it and on the command line.
+//! The config file (YAML) → a validated [`Config`], parsed once. The units operators write in it
+//! (and on the command line) are [`crate::units`].
 //!
 //! Three steps, each in its own file, so each can be tested alone (ripgrep's "low args → high
 //! args"):
@@ -8,9 +8,10 @@
 //!    value is kept as text with its position.
 //! 2. `interpolate.rs`: `${VAR}` / `${VAR:-default}` in each value, from the environment
 //!    (injected, so tests do not touch the process environment).
-//! 3. `validate.rs`: every value parsed with this crate's parsers ([`units`] for sizes, rates and
-//!    durations; the same ones the CLI uses) and every cross-check done, including building each
-//!    peer's burst plan, so a config mistake is a config error at load, never a failed probe.
+//! 3. `validate.rs`: every value parsed with this crate's parsers ([`crate::units`] for sizes,
+//!    rates and durations; the same ones the CLI uses) and every cross-check done, including
+//!    building each peer's burst plan, so a config mistake is a config error at load, never a
+//!    failed probe.
 //!
 //! Errors ([`ConfigError`]) name the file, line, column and field path and say what would be
 //! valid. The file format is documented by `config/example.yaml`; design notes in
@@ -24,7 +25,6 @@ mod fuzz_corpus;
 mod interpolate;
 mod model;
 mod render;
-pub mod units;
 mod validate;
 
 #[cfg(test)]
@@ -43,10 +43,6 @@ pub use model::{
     DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER,
     DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_REFRESH_INTERVAL,
     DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
-};
-pub use units::{
-    parse_duration, parse_positive_duration, ByteSize, RateLimit, ResolveError, ResolvedRate,
-    UnitError,
 };
 pub(crate) use validate::check_label_name;
 pub use validate::RESERVED_LABELS;

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::address::HostPort;
-use super::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::burst::{BurstLength, BurstPlan};
 use crate::control::{AuthMode, Keys, Psk, PskError};
 use crate::prober;
+use crate::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::verbs::LocalPort;
 
 /// How often a path is probed, unless configured.

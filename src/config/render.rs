@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::model::{Auth, Config, Devices, Labels, Peer, ProbeConfig};
-use super::units::ByteSize;
 use crate::burst::BurstLength;
+use crate::units::ByteSize;
 
 impl Config {
     /// A human-readable summary: node, listen addresses, auth, devices, defaults, and every peer
@@ -141,7 +141,7 @@ fn settings(p: &ProbeConfig, overrides: &[&str]) -> String {
     let plan = p.plan();
     let burst = match p.length() {
         BurstLength::Duration(d) => format!("{{duration: {}}}", duration(d)),
-        BurstLength::Bytes(b) => format!("{{bytes: {}}}", super::ByteSize(b)),
+        BurstLength::Bytes(b) => format!("{{bytes: {}}}", ByteSize(b)),
         BurstLength::Messages(n) => format!("{{messages: {n}}}"),
     };
     let cq_mod = match p.cq_mod() {

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::burst::BurstLength;
+use crate::units::{ByteSize, RateLimit};
 
 const EXAMPLE: &str = include_str!("../../config/example.yaml");
 const LAB: &str = include_str!("../../config/lab.yaml");

@@ -20,11 +20,11 @@ use super::error::{ConfigError, Origin, Pos};
 use super::file::{LabelMap, RawAuth, RawBurst, RawConfig, RawDevice, RawPeer, RawProbe, Scalar};
 use super::interpolate::interpolate;
 use super::model::*;
-use super::units::{
-    parse_positive_duration, ByteSize, RateLimit, BYTE_SIZE_FORMS, RATE_LIMIT_FORMS,
-};
 use crate::burst::plan::{MAX_QPS, MAX_TX_DEPTH};
 use crate::burst::{BurstLength, BurstPlan, PlanError};
+use crate::units::{
+    parse_positive_duration, ByteSize, RateLimit, BYTE_SIZE_FORMS, RATE_LIMIT_FORMS,
+};
 use crate::verbs::PathMtu;
 
 /// Longest name (node, peer, device, label value) accepted.
@@ -1148,7 +1148,7 @@ impl Ctx<'_> {
         value
             .parse()
             .map(Some)
-            .map_err(|e: super::units::UnitError| {
+            .map_err(|e: crate::units::UnitError| {
                 let mut message = e.to_string();
                 if message.contains(RATE_LIMIT_FORMS) {
                     message.push_str("; or `unpaced` for no limit");

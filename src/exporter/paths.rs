@@ -175,7 +175,7 @@ fn expected_burst(probe: &ProbeConfig) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RateLimit;
+    use crate::units::RateLimit;
 
     fn config(text: &str) -> Config {
         Config::from_str(text, "test.yaml", |name| {

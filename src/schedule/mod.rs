@@ -28,7 +28,7 @@
 //!
 //! # Seams
 //! The scheduler decides *when*, never *which*: the set of paths comes from outside
-//! ([`Scheduler::set_paths`], fed by [`select`]) and may change at any time (config reload,
+//! ([`Scheduler::set_paths`], fed by [`full_mesh`] or [`selection`]) and may change at any time (config reload,
 //! discovery, a rotating sample of a large cluster) without losing the state of paths that
 //! stay. It does no I/O and reads no clock: the caller passes `now` as a `Duration` since an
 //! epoch of its choice, runs the [`Dispatch`]es it gets, and reports each [`Outcome`]. That
@@ -37,16 +37,17 @@
 //! See `docs/schedule.md` for the arithmetic and the metrics.
 
 mod budget;
+pub mod full_mesh;
 mod path;
 mod rng;
 mod scheduler;
-pub mod select;
 pub mod selection;
 #[cfg(test)]
-mod simulation;
+mod test_harness;
 #[cfg(test)]
 mod tests;
 
+pub use full_mesh::{rail_matched, LocalDevice};
 pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey, MAX_INTERVAL,
@@ -56,7 +57,6 @@ pub use scheduler::{
     Completion, DeviceStats, PathStatus, ScheduleConfig, Scheduler, DEFAULT_BUSY_BACKOFF,
     DEFAULT_BUSY_BACKOFF_MAX, DEFAULT_CREDIT_WINDOW, DEFAULT_DUTY_CYCLE, DEFAULT_MEASURE_WINDOW,
 };
-pub use select::{rail_matched, LocalDevice};
 pub use selection::{
     fit_plans, Candidate, Coverage, Layout, PathIndex, Role, Rotation, RoundChange, Selected,
     SelectionConfig, Selector, Source,

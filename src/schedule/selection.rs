@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::budget::secs_to_duration;
+use super::full_mesh::LocalDevice;
 use super::path::{PathKey, PathPlan, ScheduleKey, MAX_INTERVAL};
-use super::select::LocalDevice;
 
 /// The label that groups nodes, unless configured: the top-of-rack switch.
 pub const DEFAULT_GROUP_BY: &str = "tor";

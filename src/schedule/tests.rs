@@ -1,4 +1,4 @@
-//! Scheduler unit tests, one rule at a time, in simulated time (see `simulation` for whole runs).
+//! Scheduler unit tests, one rule at a time, in simulated time (whole runs: `test_harness`).
 
 use std::time::Duration;
 

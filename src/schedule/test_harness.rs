@@ -1,5 +1,7 @@
-//! Simulated runs of the scheduler: a busy node over hours, and random plans, outcomes and
-//! path-set changes under proptest. Every event is checked against the scheduling rules.
+//! The scheduler's test harness: simulated runs of one node's scheduler, a busy node over hours,
+//! and random plans, outcomes and path-set changes under proptest, with every event checked
+//! against the scheduling rules. (The cluster simulation behind the `simulate` command is
+//! `crate::simulate`.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,11 +1,12 @@
-//! Which paths exist: the seam between peer selection and scheduling.
+//! The full mesh, the simplest selection of which paths exist: every candidate peer, on every
+//! local device, matched by rail (what [`selection`](super::selection) hands out for a small
+//! cluster).
 //!
 //! The scheduler never decides *which* paths to probe, only *when*: it is handed the selected
 //! set with [`Scheduler::set_paths`](super::Scheduler::set_paths) and keeps the state of the
 //! paths that stay. What feeds it (the configured peers, discovery, a bounded rotating sample
 //! of a large cluster) lives on this side of the seam and can change without touching the
-//! scheduling rules. This file holds the simplest selection: every candidate peer, on every
-//! local device, matched by rail.
+//! scheduling rules.
 
 use super::path::PathKey;
 

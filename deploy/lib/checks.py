@@ -2,12 +2,14 @@
 """Checks of deploy/check that need more than promtool (standard library only).
 
   checks.py rules RULES_FILE TEST_FILE...
-      every alert has a severity (page, warning, ticket), a summary, a description and a
-      runbook_url whose anchor is a heading of docs/runbook.md named after the alert; every alert
-      has unit tests that expect it to fire, to stay quiet, and to resolve (a test that expects it
-      to fire and, later on the same series, quiet again); every metric a rule reads (in its
-      expression or its annotations' queries) is in the metric contract (docs/metrics.md,
-      docs/schedule.md) or is a recording rule.
+      every alert has a severity (critical, warning, info), a component, a summary, a
+      description, an absolute runbook_url whose anchor is a heading of docs/runbook.md named
+      after the alert, and an absolute dashboard_url; every alert has unit tests that expect it
+      to fire, to stay quiet, and to resolve (a test that expects it to fire and, later on the
+      same series, quiet again): alert_rule_test items, or the exact-set checks of the fleet
+      tests (deploy/prometheus/tests/fleet.py: at each such check, an alert is expected to fire
+      or to be quiet); every metric a rule reads (in its expression or its annotations' queries)
+      is in the metric contract (docs/metrics.md, docs/schedule.md) or is a recording rule.
   checks.py dashboards OUT_RULES_FILE DASHBOARD...
       each dashboard is valid JSON with the required fields, native panels only, the datasource,
       node, peer and device variables, and data links to existing dashboards; writes every PromQL
@@ -32,7 +34,13 @@ from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SEVERITIES = {"page", "warning", "ticket"}
+SEVERITIES = {"critical", "warning", "info"}
+COMPONENTS = {"node", "port", "tor_uplink", "path", "exporter"}
+# The fleet tests' exact-set checks (deploy/prometheus/tests/fleet.py): the query, its eval_time and
+# the expected samples.
+FLEET_EXACT = re.compile(
+    r"- expr: 'count by \(alertname,[^']*\(ALERTS\{alertstate=\"firing\"\}\)'\n"
+    r"\s+eval_time: (\S+)\n\s+exp_samples:(.*?)(?=\n\s+(?:- expr|#)|\Z)", re.S)
 # Series Prometheus itself makes, which the contract does not list.
 PROMETHEUS_SERIES = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds",
                      "scrape_samples_scraped", "scrape_series_added"}
@@ -93,13 +101,30 @@ def duration_seconds(text):
     return sum(int(n) * units[u] for n, u in parts)
 
 
-def test_cases(paths):
-    """{alertname: {"firing", "quiet", "resolves"}} over every alert_rule_test item of the test
-    files: "resolves" when one test (one input) expects the alert to fire and, at a later
-    eval_time, nothing."""
+def fleet_cases(text, alert_names, seen):
+    """The fleet tests' exact sets: at each, every alert is expected to fire or to be quiet."""
+    times = {}
+    for m in FLEET_EXACT.finditer(text):
+        at = duration_seconds(m.group(1))
+        firing = set(re.findall(r'alertname="([^"]+)"', m.group(2)))
+        for name in alert_names:
+            kind = "firing" if name in firing else "quiet"
+            seen.setdefault(name, set()).add(kind)
+            times.setdefault(name, []).append((at, kind))
+    return times
+
+
+def test_cases(paths, alert_names=()):
+    """{alertname: {"firing", "quiet", "resolves"}} over every alert_rule_test item and fleet
+    exact-set check of the test files: "resolves" when one test (one input) expects the alert to
+    fire and, at a later eval_time, nothing."""
     seen = {}
     for p in paths:
         text = Path(p).read_text()
+        for name, evals in fleet_cases(text, alert_names, seen).items():
+            fired = [t for t, kind in evals if kind == "firing"]
+            if fired and any(t > min(fired) for t, kind in evals if kind == "quiet"):
+                seen[name].add("resolves")
         tests = [m.start() for m in re.finditer(r"^  - (?:name|interval):", text, re.M)] + [len(text)]
         for begin, end in zip(tests, tests[1:]):
             test = text[begin:end]
@@ -127,8 +152,8 @@ def check_rules(rules_file, tests):
     items = parse_rules(text)
     known = contract_metrics() | {n for k, n, _ in items if k == "record"}
     anchors = github_anchors((ROOT / "docs/runbook.md").read_text())
-    cases = test_cases(tests)
     alerts = [(n, b) for k, n, b in items if k == "alert"]
+    cases = test_cases(tests, [n for n, _ in alerts])
     if not alerts:
         fail(f"{rules_file}: no alerts found")
     for kind, name, body in items:
@@ -139,12 +164,20 @@ def check_rules(rules_file, tests):
         sev = re.search(r"^\s*severity: (\S+)", body, re.M)
         if not sev or sev.group(1) not in SEVERITIES:
             fail(f"{where}: severity must be one of {', '.join(sorted(SEVERITIES))}")
+        comp = re.search(r"^\s*component: (\S+)", body, re.M)
+        if not comp or comp.group(1) not in COMPONENTS:
+            fail(f"{where}: component must be one of {', '.join(sorted(COMPONENTS))}")
+        dash = re.search(r"^\s*dashboard_url: \"?(\S+)", body, re.M)
+        if not dash or not re.match(r"https?://", dash.group(1)):
+            fail(f"{where}: no absolute dashboard_url annotation")
         for key in ("summary", "description"):
             if not re.search(rf"^\s*{key}: \S", body, re.M):
                 fail(f"{where}: no {key} annotation")
         url = re.search(r"^\s*runbook_url: \"?([^\"\s]+)", body, re.M)
         if not url:
             fail(f"{where}: no runbook_url annotation")
+        elif not re.match(r"https?://", url.group(1)):
+            fail(f"{where}: runbook_url {url.group(1)} is not an absolute URL")
         else:
             anchor = url.group(1).partition("#")[2]
             if anchor != name.lower():

@@ -325,11 +325,14 @@ def check_deployment(name, objects, dockerfile):
         check(get.get("port") == "metrics", w, f"{probe} is not on the metrics port")
 
     resources = c.get("resources", {})
-    for r in ("cpu", "memory"):
-        request = resources.get("requests", {}).get(r)
-        limit = resources.get("limits", {}).get(r)
-        if check(request is not None and limit is not None, w, f"{r}: no request or no limit"):
-            check(parse_quantity(limit) >= parse_quantity(request), w, f"{r}: limit below request")
+    cpu_request = resources.get("requests", {}).get("cpu")
+    if check(cpu_request is not None, w, "cpu: no request"):
+        check(parse_quantity(cpu_request) >= 1, w, "cpu: request below one core (a burst needs one)")
+    check("cpu" not in resources.get("limits", {}), w, "cpu: a limit (a CFS quota pauses bursts)")
+    request = resources.get("requests", {}).get("memory")
+    limit = resources.get("limits", {}).get("memory")
+    if check(request is not None and limit is not None, w, "memory: no request or no limit"):
+        check(parse_quantity(limit) == parse_quantity(request), w, "memory: limit is not the request")
 
     # The config: mounted where the args say, its ports the container's, its key the Secret's.
     mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
@@ -415,6 +418,11 @@ def check_deployment(name, objects, dockerfile):
                 ),
                 where,
                 "the ServiceMonitor does not set instance to the node's name",
+            )
+            check(
+                any(r.get("action") == "labeldrop" and r.get("regex") == "pod" for r in e.get("relabelings", [])),
+                where,
+                "the ServiceMonitor keeps the pod label (a rollout would replace every series)",
             )
         check(svc["metadata"]["name"] == "rdma-probe-exporter", where, "the job (the Service's name) is not rdma-probe-exporter")
 

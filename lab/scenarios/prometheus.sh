@@ -1,21 +1,26 @@
-# The shipped alert rules and dashboards against a real Prometheus (tests/lab/prometheus.rs).
-# Every node runs the exporter with the lab's config (config/lab.yaml); node1 also runs Prometheus
-# (Debian's, from .cache/tools) scraping the three exporters with the rules generated for the
-# config's probe interval (deploy/prometheus/generate --interval). In one boot:
+# The shipped alert rules, Alertmanager configuration and dashboards against a real Prometheus
+# and Alertmanager (tests/lab/prometheus.rs). Every node runs the exporter with the lab's config
+# (config/lab.yaml); node1 also runs Prometheus and Alertmanager (Debian's, from .cache/tools):
+# Prometheus scrapes the three exporters with the rules generated for the config's probe interval
+# (deploy/prometheus/generate --interval) and sends its alerts to Alertmanager, which runs
+# deploy/alertmanager/alertmanager.yaml as shipped and delivers each notification to a webhook
+# receiver that logs it (alert_receiver.py). In one boot:
 #  1. clean: every path up, then CLEAN_SECONDS with no fault;
-#  2. rate cap: a tbf of CAP on node2's lab NIC (what node2 sends: its own probes' data) until
-#     RdmaProbeLinkDegraded fires for node2's paths, HOLD_INTERVALS more, then cleared until it
-#     resolves;
-#  3. HOLD_INTERVALS + 1 with every path up again (nothing may fire between the faults; the test
-#     leaves the first interval out);
-#  4. node loss: node3 is powered off until RdmaProbeNodeIsolated fires for it, then HOLD_INTERVALS
-#     more plus the longest `for:` of the per-pair alerts it must hold back;
-#  5. node1 keeps what the test judges: every firing alert sample of the run, the rules' health,
-#     and every dashboard query run over the whole run, and the phase times (its own clock, which
-#     is Prometheus's).
-# Files (lab/run --file): lab.yaml, rules.yaml, prometheus (the server), prometheus-lab.env
-# (INTERVAL_SECONDS, CLEAN_SECONDS, CAP, HOLD_INTERVALS), dashboard-queries.json
-# (deploy/lib/checks.py queries) and prometheus_queries.py.
+#  2. rate cap: a tbf of CAP on node2's lab NIC (what node2 sends: its own probes' data) until the
+#     first notification after it, HOLD_INTERVALS more, then cleared until no alert fires;
+#  3. dead port: node3 drops every RoCE packet it sends (UDP; the control channel and the scrapes
+#     are TCP and go on), until the first notification, HOLD_INTERVALS more, then cleared;
+#  4. node loss: node3 is powered off until the first notification, then HOLD_INTERVALS more plus
+#     the longest `for:` of the alerts it must hold back;
+#  Each fault starts HOLD_INTERVALS after the previous one has cleared (its late notifications
+#  count against it).
+#  5. node1 keeps what the test judges: the notifications, every firing alert sample of the run,
+#     the rules' health, every dashboard query run over the whole run, and the phase times (its
+#     own clock, which is Prometheus's).
+# Files (lab/run --file): lab.yaml, rules.yaml, alertmanager.yaml, prometheus and alertmanager
+# (the servers), prometheus-lab.env (INTERVAL_SECONDS, CLEAN_SECONDS, CAP, HOLD_INTERVALS),
+# dashboard-queries.json (deploy/lib/checks.py queries), prometheus_queries.py and
+# alert_receiver.py.
 bin=rdma-probe-exporter
 files=/mnt/files
 . "$files/prometheus-lab.env"
@@ -66,6 +71,9 @@ global:
   scrape_timeout: 5s
   evaluation_interval: ${INTERVAL_SECONDS}s
 rule_files: [$files/rules.yaml]
+alerting:
+  alertmanagers:
+    - static_configs: [{targets: ["127.0.0.1:9093"]}]
 scrape_configs:
   # As deploy/README.md asks: instance = the node's name.
   - job_name: rdma-probe-exporter
@@ -87,9 +95,38 @@ EOF
 
 hold() { sleep $((HOLD_INTERVALS * INTERVAL_SECONDS)); }
 
+# Alertmanager with the shipped configuration (its receivers' URLs are this receiver's).
+start_alertmanager() {
+  python3 "$files/alert_receiver.py" 127.0.0.1:9095 notifications.jsonl 2>receiver.log &
+  receiver=$!
+  "$files/alertmanager" --config.file="$files/alertmanager.yaml" --storage.path=/tmp/alertmanager \
+    --web.listen-address=127.0.0.1:9093 --cluster.listen-address= --log.level=warn >alertmanager.log 2>&1 &
+  alertmanager=$!
+  local start=$SECONDS
+  until curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9093/-/ready; do
+    [ $((SECONDS - start)) -ge 60 ] && { echo "alertmanager not ready after 60 s" >&2; cat alertmanager.log >&2; return 1; }
+    sleep 1
+  done
+}
+# wait_notification WHAT TIMEOUT_S: until a firing notification arrives after this call.
+wait_notification() {
+  local what=$1 limit=$2 start=$SECONDS seen
+  seen=$(grep -c '"status": "firing"' notifications.jsonl 2>/dev/null || true)
+  until [ "$(grep -c '"status": "firing"' notifications.jsonl 2>/dev/null || true)" -gt "${seen:-0}" ]; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for a notification of $what" >&2
+      curl -sS --max-time 10 "$prom/api/v1/alerts" >&2
+      return 1
+    fi
+    sleep 1
+  done
+  echo "$(date +%T) notification of $what ($((SECONDS - start)) s)"
+}
+
 lab_barrier exporters-up 300
 case $LAB_NODE in
 node1)
+  start_alertmanager || exit 1
   start_prometheus || exit 1
   wait_count "all targets up" 120 'up{job="rdma-probe-exporter"} == 1' 3 || exit 1
   phase up_start
@@ -104,24 +141,32 @@ node1)
   lab_signal cap
   lab_wait_signal node2 capped 60 || exit 1
   phase cap_start
-  wait_count "link degraded on node2's paths" 300 \
-    "$(firing ',alertname="RdmaProbeLinkDegraded",instance="node2"')" 2 || exit 1
+  wait_notification "the rate cap on node2" 300 || exit 1
   hold
   phase cap_end
   lab_signal uncap
   lab_wait_signal node2 uncapped 60 || exit 1
-  wait_count "link degraded resolved" 300 "$(firing ',alertname="RdmaProbeLinkDegraded"')" 0 || exit 1
-  phase cap_resolved
+  wait_count "no alert after the cap" 300 "$(firing)" 0 || exit 1
+  hold
 
-  # 3. Every path up again, for a few intervals.
-  HOLD_INTERVALS=$((HOLD_INTERVALS + 1)) hold
+  # 3. node3's RoCE port dead.
+  lab_signal port
+  lab_wait_signal node3 port-dead 60 || exit 1
+  phase port_start
+  wait_notification "node3's dead port" 300 || exit 1
+  hold
+  phase port_end
+  lab_signal port-back
+  lab_wait_signal node3 port-alive 60 || exit 1
+  wait_count "no alert after the dead port" 300 "$(firing)" 0 || exit 1
+  hold
 
   # 4. node3 is powered off.
   phase stop_start
   lab_stop_node node3 || exit 1
-  wait_count "node3 isolated" 300 "$(firing ',alertname="RdmaProbeNodeIsolated",peer="node3"')" 1 || exit 1
-  # Long enough for every per-pair alert that must stay held back (the longest for: is
-  # ExporterDown's 5 intervals) to have fired if it were not.
+  wait_notification "node3's loss" 300 || exit 1
+  # Long enough for every alert that must stay held back (the longest for: is ExporterDown's 5
+  # intervals), and its notification, to have come if it were not.
   HOLD_INTERVALS=$((HOLD_INTERVALS + 5)) hold
   phase stop_end
 
@@ -134,7 +179,7 @@ node1)
   python3 "$files/prometheus_queries.py" "$prom" "$files/dashboard-queries.json" \
     "$up_start" "$stop_end" "$INTERVAL_SECONDS" dashboard-results.json || exit 1
   lab_signal done
-  kill -TERM "$prometheus"
+  kill -TERM "$prometheus" "$alertmanager" "$receiver"
   wait "$prometheus"
   ;;
 node2)
@@ -147,6 +192,13 @@ node2)
   lab_wait_signal node1 done 900 || exit 1
   ;;
 node3)
+  lab_wait_signal node1 port 3600 || exit 1
+  # Every UDP packet this node sends (RoCE v2) is dropped: its port is dead both ways.
+  lab_slow_roce_ports 0 0 loss 100%
+  lab_signal port-dead
+  lab_wait_signal node1 port-back 900 || exit 1
+  lab_clear_faults
+  lab_signal port-alive
   # Runs until node1 powers this node off.
   lab_wait_signal node1 done 7200
   echo "node3 was not powered off" >&2

@@ -1,7 +1,9 @@
-//! The shipped alert rules and dashboards on a real Prometheus scraping the three lab exporters
-//! (lab/scenarios/prometheus.sh): a clean run fires nothing, a rate cap on one node fires
-//! RdmaProbeLinkDegraded for exactly that node's paths, a node powered off fires
-//! RdmaProbeNodeIsolated and no per-pair alert, and every dashboard query returns data.
+//! The shipped alert rules, Alertmanager configuration and dashboards on a real Prometheus and
+//! Alertmanager with the three lab exporters (lab/scenarios/prometheus.sh). Notifications are
+//! counted, not alerts: a clean run sends none; a rate cap on one node sends one, naming that
+//! node's port (RdmaProbePortDegraded); a port that drops every RoCE packet sends one
+//! (RdmaProbePortFailing); a node powered off sends one (RdmaProbeNodeDown); no notification
+//! carries a template error; and every dashboard query returns data.
 //!
 //! The rules are generated for the probe interval of config/lab.yaml (the one parameter that
 //! scales their windows, deploy/README.md). The clean phase lasts
@@ -9,7 +11,6 @@
 //! `HOLD_INTERVALS`, never less than that `for:`: an alert that takes that long to fire could not
 //! show in a shorter one; `scripts/lab-prometheus` runs it for 10 minutes).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,6 +20,7 @@ use crate::support::{self, repo_root, LabRun};
 
 const BIN: &str = "target/release/rdma-probe-exporter";
 const PROMETHEUS: &str = ".cache/tools/prometheus";
+const ALERTMANAGER: &str = ".cache/tools/alertmanager";
 const JOB: &str = "rdma-probe-exporter";
 /// config/lab.yaml paces every path at 20 Mb/s; the cap leaves node2 40% of that.
 const CAP: &str = "8mbit";
@@ -26,8 +28,16 @@ const CAP: &str = "8mbit";
 /// (one whose `for:` is as long as the right one's) to show.
 const HOLD_INTERVALS: u32 = 3;
 
-/// One alert on one path (or node): (alertname, instance, peer).
-type AlertKey = (String, String, String);
+/// What a notification names: (alertname, component, node, device).
+type Named = (String, String, String, String);
+
+/// A firing notification as the webhook receiver logged it.
+#[derive(Debug, Clone)]
+struct Notification {
+    /// node1's clock (Prometheus's), seconds since the epoch.
+    received: f64,
+    named: Named,
+}
 
 fn lab_interval_seconds() -> u32 {
     let config = std::fs::read_to_string(repo_root().join("config/lab.yaml")).unwrap();
@@ -131,7 +141,10 @@ fn prepare(dir: &Path, interval_s: u32) -> Vec<PathBuf> {
     vec![
         root.join("config/lab.yaml"),
         root.join("lab/tools/prometheus_queries.py"),
+        root.join("lab/tools/alert_receiver.py"),
         root.join(PROMETHEUS),
+        root.join(ALERTMANAGER),
+        root.join("deploy/alertmanager/alertmanager.yaml"),
         rules,
         at("dashboard-queries.json"),
         at("prometheus-lab.env"),
@@ -164,28 +177,87 @@ fn json(run: &LabRun, name: &str) -> Value {
     serde_json::from_str(&run.file("node1", name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// Panics unless nothing fired between the end of the rate cap (`cap_resolved`; its last
-/// samples may trail it by an interval) and node3's loss, and that window held
-/// `HOLD_INTERVALS` intervals at least (back to back, it would show nothing).
-fn assert_quiet_between_faults(
-    alerts: &BTreeMap<AlertKey, Vec<f64>>,
-    cap_resolved: f64,
-    stop_start: f64,
+/// The firing notifications the receiver logged, in order; panics on a notification whose
+/// annotations hold a template error or a relative runbook link (what an operator would read).
+fn notifications(log: &str) -> Vec<Notification> {
+    let mut out = Vec::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let entry: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let body = &entry["body"];
+        for alert in body["alerts"].as_array().into_iter().flatten() {
+            for (key, text) in alert["annotations"].as_object().into_iter().flatten() {
+                let text = text.as_str().unwrap_or("");
+                assert!(
+                    !text.contains("error expanding") && !text.contains("<error"),
+                    "a notification's {key} has a template error: {text}"
+                );
+                if key.ends_with("_url") {
+                    assert!(text.starts_with("http"), "{key} is not absolute: {text}");
+                }
+            }
+        }
+        if body["status"] != "firing" {
+            continue;
+        }
+        let label = |k: &str| body["commonLabels"][k].as_str().unwrap_or("").to_owned();
+        out.push(Notification {
+            received: entry["received"].as_f64().unwrap(),
+            named: (label("alertname"), label("component"), label("node"), label("device")),
+        });
+    }
+    out
+}
+
+/// The firing notifications received in [from, to).
+fn received_within(all: &[Notification], from: f64, to: f64) -> Vec<&Notification> {
+    all.iter()
+        .filter(|n| (from..to).contains(&n.received))
+        .collect()
+}
+
+fn named(alert: &str, component: &str, node: &str, device: &str) -> Named {
+    (alert.into(), component.into(), node.into(), device.into())
+}
+
+fn show(ns: &[&Notification], since: f64, interval: f64) -> String {
+    if ns.is_empty() {
+        return "none".into();
+    }
+    ns.iter()
+        .map(|n| {
+            let (alert, component, node, device) = &n.named;
+            format!(
+                "{alert}{{component={component:?},node={node:?},device={device:?}}} after {:.0} s \
+                 ({:.1} intervals)",
+                n.received - since,
+                (n.received - since) / interval
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Panics unless the window [from, to) received exactly the `want` notification (or none).
+fn assert_one_notification(
+    all: &[Notification],
+    what: &str,
+    (from, to): (f64, f64),
+    want: Option<Named>,
     interval: f64,
 ) {
-    let from = cap_resolved + interval;
-    let held = stop_start - from;
-    assert!(
-        held >= f64::from(HOLD_INTERVALS) * interval,
-        "only {held:.0} s between the faults: not {HOLD_INTERVALS} intervals of {interval} s"
+    let got = received_within(all, from, to);
+    eprintln!(
+        "{what}: {} notification(s): {}",
+        got.len(),
+        show(&got, from, interval)
     );
-    let between = firing_within(alerts, from, stop_start);
-    assert!(
-        between.is_empty(),
-        "alerts fired between the faults: {}",
-        show(&between, cap_resolved, interval)
+    let names: Vec<&Named> = got.iter().map(|n| &n.named).collect();
+    assert_eq!(
+        names,
+        want.iter().collect::<Vec<_>>(),
+        "{what}: the notifications: {}",
+        show(&got, from, interval)
     );
-    eprintln!("between the faults: {held:.0} s, no alert fired");
 }
 
 /// The dashboard queries that returned no data, and those of them that had no events to show:
@@ -219,61 +291,6 @@ fn describe(qs: &[&Value]) -> String {
         .join("\n")
 }
 
-/// Every firing alert of the run, with the times (Prometheus's) of its firing samples.
-fn firing_alerts(run: &LabRun) -> BTreeMap<AlertKey, Vec<f64>> {
-    let body = json(run, "alerts-firing.json");
-    assert_eq!(body["status"], "success", "{body}");
-    let mut alerts = BTreeMap::new();
-    for series in body["data"]["result"].as_array().unwrap() {
-        let label = |k: &str| series["metric"][k].as_str().unwrap_or("").to_owned();
-        let key = (label("alertname"), label("instance"), label("peer"));
-        let times = series["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v[0].as_f64().unwrap());
-        alerts.entry(key).or_insert_with(Vec::new).extend(times);
-    }
-    alerts
-}
-
-/// The alerts with a firing sample in [from, to], and the first such sample's time.
-fn firing_within(
-    alerts: &BTreeMap<AlertKey, Vec<f64>>,
-    from: f64,
-    to: f64,
-) -> BTreeMap<AlertKey, f64> {
-    alerts
-        .iter()
-        .filter_map(|(k, times)| {
-            let first = times
-                .iter()
-                .copied()
-                .filter(|t| (from..=to).contains(t))
-                .reduce(f64::min)?;
-            Some((k.clone(), first))
-        })
-        .collect()
-}
-
-fn key(alert: &str, instance: &str, peer: &str) -> AlertKey {
-    (alert.to_owned(), instance.to_owned(), peer.to_owned())
-}
-
-fn show(alerts: &BTreeMap<AlertKey, f64>, since: f64, interval: f64) -> String {
-    alerts
-        .iter()
-        .map(|((name, instance, peer), t)| {
-            format!(
-                "{name}{{instance={instance:?},peer={peer:?}}} after {:.0} s ({:.1} intervals)",
-                t - since,
-                (t - since) / interval
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 #[test]
 fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults() {
     let interval_s = lab_interval_seconds();
@@ -305,7 +322,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
     );
     run.assert_success();
     let interval = f64::from(interval_s);
-    let alerts = firing_alerts(&run);
+    let sent = notifications(&run.file("node1", "notifications.jsonl"));
 
     // Every rule evaluates without error on real scrapes.
     let rules = json(&run, "rules.json");
@@ -322,55 +339,43 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
     }
     eprintln!("{evaluated} rules evaluated, all healthy");
 
-    // 1. A clean run fires nothing.
-    let (clean_start, clean_end) = (phase(&run, "clean_start"), phase(&run, "clean_end"));
-    let clean = firing_within(&alerts, clean_start, clean_end);
-    assert!(
-        clean.is_empty(),
-        "alerts fired in a clean run of {:.0} s: {}",
-        clean_end - clean_start,
-        show(&clean, clean_start, interval)
-    );
+    // 1. A clean run sends nothing (from the moment every target was up).
+    let (up, clean_end) = (phase(&run, "up_start"), phase(&run, "clean_end"));
     eprintln!(
-        "clean: {:.0} s ({:.0} intervals), no alert fired",
-        clean_end - clean_start,
-        (clean_end - clean_start) / interval
+        "clean: {:.0} s ({:.0} intervals)",
+        clean_end - phase(&run, "clean_start"),
+        (clean_end - phase(&run, "clean_start")) / interval
     );
+    assert_one_notification(&sent, "clean", (up, clean_end), None, interval);
 
-    // 2. The rate cap on node2: RdmaProbeLinkDegraded for node2's two paths, nothing else.
-    let (cap_start, cap_resolved) = (phase(&run, "cap_start"), phase(&run, "cap_resolved"));
-    let capped = firing_within(&alerts, cap_start, cap_resolved);
-    let want: BTreeSet<AlertKey> = [
-        key("RdmaProbeLinkDegraded", "node2", "node1"),
-        key("RdmaProbeLinkDegraded", "node2", "node3"),
-    ]
-    .into();
-    eprintln!(
-        "rate cap {CAP} on node2: {} (resolved {:.0} s after the cap was lifted)",
-        show(&capped, cap_start, interval),
-        cap_resolved - phase(&run, "cap_end")
+    // 2.-4. One notification per fault, naming its component; each fault's window runs to the
+    // next fault's start, so a late or second notification counts against it.
+    let (cap, port, stop) = (
+        phase(&run, "cap_start"),
+        phase(&run, "port_start"),
+        phase(&run, "stop_start"),
     );
-    assert_eq!(
-        capped.keys().cloned().collect::<BTreeSet<_>>(),
-        want,
-        "the alerts of the rate cap: {}",
-        show(&capped, cap_start, interval)
+    assert_one_notification(
+        &sent,
+        &format!("rate cap {CAP} on node2"),
+        (clean_end, port),
+        Some(named("RdmaProbePortDegraded", "port", "node2", "rxe0")),
+        interval,
     );
-
-    // 3. node3 powered off: RdmaProbeNodeIsolated, and no per-pair alert about it.
-    let (stop_start, stop_end) = (phase(&run, "stop_start"), phase(&run, "stop_end"));
-    assert_quiet_between_faults(&alerts, cap_resolved, stop_start, interval);
-    let stopped = firing_within(&alerts, stop_start, stop_end);
-    eprintln!(
-        "node3 powered off: {} (held {:.0} s)",
-        show(&stopped, stop_start, interval),
-        stop_end - stop_start
+    eprintln!("  (the cap began {:.0} s into that window)", cap - clean_end);
+    assert_one_notification(
+        &sent,
+        "node3's RoCE port dropping every packet",
+        (port, stop),
+        Some(named("RdmaProbePortFailing", "port", "node3", "rxe0")),
+        interval,
     );
-    assert_eq!(
-        stopped.keys().cloned().collect::<BTreeSet<_>>(),
-        [key("RdmaProbeNodeIsolated", "", "node3")].into(),
-        "the alerts of node3's loss: {}",
-        show(&stopped, stop_start, interval)
+    assert_one_notification(
+        &sent,
+        "node3 powered off",
+        (stop, phase(&run, "stop_end") + 1.0),
+        Some(named("RdmaProbeNodeDown", "node", "node3", "")),
+        interval,
     );
 
     // 4. Every dashboard query runs without error and returns data, but for a query of event
@@ -405,38 +410,65 @@ fn the_clean_phase_is_sized_by_the_longest_for() {
     );
 }
 
-/// The check between the faults: a window held for the intervals passes; a firing sample in
-/// it fails, and so does a window with nothing in it (the faults back to back).
+/// The notification check: exactly the one wanted passes; a second one, another component, a
+/// missing one, or one outside the window fails; resolved notifications and ones with template
+/// errors are told apart.
 #[test]
-fn the_window_between_the_faults_is_held_and_quiet() {
-    let interval = 10.0;
-    let (cap_resolved, stop_start) = (1000.0, 1000.0 + f64::from(HOLD_INTERVALS + 1) * interval);
-    let mut alerts = BTreeMap::new();
-    // The cap's alert, last seen just before it resolved, and node3's, after the stop began.
-    alerts.insert(
-        key("RdmaProbeLinkDegraded", "node2", "node1"),
-        vec![990.0, 1000.0],
-    );
-    alerts.insert(
-        key("RdmaProbeNodeIsolated", "", "node3"),
-        vec![stop_start + 60.0],
-    );
-    assert_quiet_between_faults(&alerts, cap_resolved, stop_start, interval);
-    // Back to back: nothing could show.
-    assert!(support::panics(|| assert_quiet_between_faults(
-        &alerts,
-        cap_resolved,
-        cap_resolved,
-        interval
+fn one_fault_must_send_exactly_one_notification_naming_it() {
+    let line = |t: f64, status: &str, alert: &str, node: &str, annotation: &str| {
+        serde_json::json!({"received": t, "receiver": "/warning", "body": {
+            "status": status,
+            "commonLabels": {"alertname": alert, "component": "port", "node": node, "device": "rxe0"},
+            "alerts": [{"annotations": {"summary": annotation, "runbook_url": "https://x/r#a"}}]}})
+        .to_string()
+    };
+    let port = named("RdmaProbePortFailing", "port", "node3", "rxe0");
+    let log = [
+        line(100.0, "firing", "RdmaProbePortFailing", "node3", "fine"),
+        line(400.0, "resolved", "RdmaProbePortFailing", "node3", "fine"),
+    ]
+    .join("\n");
+    let sent = notifications(&log);
+    assert_eq!(sent.len(), 1, "a resolved notification is not a firing one");
+    assert_one_notification(&sent, "t", (50.0, 500.0), Some(port.clone()), 10.0);
+    assert!(support::panics(|| assert_one_notification(
+        &sent,
+        "t",
+        (150.0, 500.0),
+        Some(port.clone()),
+        10.0
     )));
-    let mut fired = alerts.clone();
-    fired.insert(key("RdmaProbeStale", "node1", "node3"), vec![1030.0]);
-    assert!(support::panics(|| assert_quiet_between_faults(
-        &fired,
-        cap_resolved,
-        stop_start,
-        interval
+    assert!(support::panics(|| assert_one_notification(
+        &sent,
+        "t",
+        (50.0, 500.0),
+        None,
+        10.0
     )));
+    let other = named("RdmaProbePortFailing", "port", "node2", "rxe0");
+    assert!(support::panics(|| assert_one_notification(
+        &sent,
+        "t",
+        (50.0, 500.0),
+        Some(other),
+        10.0
+    )));
+    let twice = [
+        line(100.0, "firing", "RdmaProbePortFailing", "node3", "fine"),
+        line(130.0, "firing", "RdmaProbePathFailing", "node1", "fine"),
+    ]
+    .join("\n");
+    assert!(support::panics(|| assert_one_notification(
+        &notifications(&twice),
+        "t",
+        (50.0, 500.0),
+        Some(port),
+        10.0
+    )));
+    let broken = line(100.0, "firing", "A", "n", "<error expanding template: x>");
+    assert!(support::panics(|| {
+        notifications(&broken);
+    }));
 }
 
 /// A query Prometheus answered with an error fails the check, even where its event counters

@@ -1,0 +1,624 @@
+#!/usr/bin/env python3
+"""Writes promtool unit tests of the alert rules on emulated fleets, with faults injected.
+
+Usage: deploy/prometheus/tests/fleet.py --rules RULES.yaml -o DIR [--list]
+
+A fleet here is N ToRs x nodes per ToR x rails (one device per rail, mlx5_<rail>), probing each
+other as the exporter does: a full mesh at the base interval, or sampled (every same-ToR peer
+every 7 intervals, a few peers of other ToRs every 10 intervals), with jitter, busy deferrals
+(no attempt) and rare single failed probes as noise. What the exporter would put on /metrics is
+emitted as promtool input series, one sample per evaluation interval (60 s, the production
+rules' interval): per path success, consecutive failures, last attempt and success times, planned
+interval and the paced burst's gauges; per node up, node_info, device_info, peer_info and the port
+facts. A fault model replaces the RDMA bursts (docs/runbook.md, "How the alerts are tested"):
+each scenario injects faults from a list below, and the same fault list says which alerts must
+fire, naming which component, and when.
+
+Each scenario becomes one test with checks every few intervals:
+  - at each check time outside a fault's detection or resolution window, the firing alerts
+    (ALERTS{alertstate="firing"} by alertname, component, severity and location labels) are
+    exactly the expected ones;
+  - over the intervals since the previous check, every alert that fired at all is one some
+    fault active then explains (a wrong alert that fires for one evaluation fails the test).
+The rules are the system under test; this file is the fault model and the oracle. Standard
+library only; deterministic (fixed seeds).
+"""
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEP = 60  # seconds per sample and per rule evaluation (the production rules' interval)
+JOB = "rdma-probe-exporter"
+K = 3  # probes_bad in deploy/prometheus/generate
+PROJECTION = ("alertname", "component", "severity", "instance", "node", "device",
+              "peer_node", "peer_device", "tor", "rail")
+MARK = "count by (" + ", ".join(PROJECTION) + ")"
+
+
+# ----------------------------------------------------------------------------- the fleet
+
+@dataclass
+class Fleet:
+    tors: int
+    per_tor: int
+    rails: int
+    mode: str = "sampled"  # or "mesh"
+    cross_peers: int = 3  # sampled: peers in other ToRs per node
+    same_every: int = 7  # sampled: same-ToR interval, in steps
+    cross_every: int = 10  # sampled: cross-ToR interval (a round), in steps
+    seed: int = 1
+
+    def nodes(self):
+        return [f"t{t}n{i}" for t in range(self.tors) for i in range(self.per_tor)]
+
+    @staticmethod
+    def tor(node):
+        return node.split("n")[0]
+
+    def paths(self, unprobed=()):
+        """(prober, rail, peer, interval in seconds) of every path."""
+        rng = random.Random(self.seed)
+        nodes = self.nodes()
+        out = []
+        for n in nodes:
+            if self.mode == "mesh":
+                peers = [(m, STEP) for m in nodes if m != n]
+            else:
+                same = [m for m in nodes if m != n and self.tor(m) == self.tor(n)]
+                other = [m for m in nodes if self.tor(m) != self.tor(n)]
+                cross = rng.sample(other, min(self.cross_peers, len(other)))
+                peers = [(m, self.same_every * STEP) for m in same]
+                peers += [(m, self.cross_every * STEP) for m in cross]
+            for m, interval in peers:
+                if m in unprobed:
+                    continue
+                for r in range(self.rails):
+                    out.append((n, r, m, interval))
+        return out
+
+
+# ----------------------------------------------------------------------------- faults
+
+@dataclass
+class Fault:
+    kind: str
+    start: int  # step
+    end: int  # step (exclusive); a fault without end lasts the whole test
+    node: str = ""
+    rail: int = -1
+    peer: str = ""
+    tor: str = ""
+    fraction: float = 0.0  # bandwidth fraction of a slow fault; 0 = probes fail
+    rails: tuple = ()  # isolated: the node's dead rails
+
+    def touches_port(self, node, rail):
+        return self.node == node and self.rail in (-1, rail)
+
+
+def active(faults, step, kind=None):
+    return [f for f in faults if f.start <= step < f.end and (kind is None or f.kind == kind)]
+
+
+def probe_outcome(fleet, faults, step, n, r, m):
+    """(failed, bandwidth fraction of the pace) of a probe n/mlx5_r -> m at `step`."""
+    fraction = 1.0
+    for f in active(faults, step):
+        if f.kind in ("node_down", "reboot") and f.node == m:
+            return True, 0.0
+        if f.kind in ("port_fail", "port_down") and (f.touches_port(n, r) or f.touches_port(m, r)):
+            return True, 0.0
+        if f.kind == "isolated" and f.node in (n, m) and r in f.rails:
+            return True, 0.0
+        if f.kind == "path" and (f.node, f.rail, f.peer) == (n, r, m):
+            if f.fraction == 0:
+                return True, 0.0
+            fraction = min(fraction, f.fraction)
+        if f.kind == "port_slow" and f.touches_port(n, r):
+            fraction = min(fraction, f.fraction)
+        if f.kind == "tor_uplink" and f.rail == r and fleet.tor(n) != fleet.tor(m) and f.tor in (
+                fleet.tor(n), fleet.tor(m)):
+            if f.fraction == 0:
+                return True, 0.0
+            fraction = min(fraction, f.fraction)
+    return False, fraction
+
+
+def exporter_absent(faults, step, node):
+    return any(f.node == node for f in active(faults, step)
+               if f.kind in ("node_down", "reboot", "exporter_down", "scrape_gap"))
+
+
+# ----------------------------------------------------------------------------- series
+
+def rle(values):
+    """promtool's expanding notation for a list of samples (None = no sample): `vxN` is N + 1
+    samples of v, `_xN` N missing ones. A series that stops gets a staleness marker, as
+    Prometheus writes one when a series leaves a scrape or its target goes down."""
+    values = [("stale" if v is None and i and isinstance(values[i - 1], (int, float)) else v)
+              for i, v in enumerate(values)]
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        n = j - i + 1
+        if values[i] is None:
+            out.append("_" if n == 1 else f"_x{n}")
+        else:
+            v = fmt(values[i])
+            out.append(v if n == 1 else f"{v}x{n - 1}")
+        i = j + 1
+    return " ".join(out)
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return repr(round(v, 6))
+    return str(v)
+
+
+def selector(name, labels):
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+@dataclass
+class PathState:
+    attempts: int = 0
+    last_attempt: float = None
+    last_success: float = None
+    failures: int = 0
+    success: int = None
+    ratio: float = None
+    min_window: float = None
+    gap: float = None
+
+
+@dataclass
+class Scenario:
+    name: str
+    fleet: Fleet
+    steps: int
+    faults: list = field(default_factory=list)
+    # Per-node or per-path extras for the exporter-health alerts: (kind, node, start, end, value).
+    events: list = field(default_factory=list)
+    unprobed: tuple = ()
+    check_every: int = 5
+    failure_rate: float = 0.003
+    busy_rate: float = 0.02
+
+
+def emulate(sc):
+    """The input series of a scenario: {series selector: [sample or None per step]}."""
+    fleet, steps = sc.fleet, sc.steps
+    rng = random.Random(sc.fleet.seed * 7919 + len(sc.name))
+    series = {}
+
+    def put(name, labels, step, value):
+        key = selector(name, {"job": JOB, **labels})
+        series.setdefault(key, [None] * steps)[step] = value
+
+    paths = fleet.paths(sc.unprobed)
+    states = {}
+    phases = {p: rng.uniform(0, p[3]) for p in paths}
+    next_probe = {p: phases[p] for p in paths}
+    for step in range(steps):
+        now = step * STEP
+        for p in paths:
+            n, r, m, interval = p
+            if exporter_absent(sc.faults, step, n):
+                # The exporter is gone: its state starts afresh when it returns (a restart).
+                if any(f.kind == "reboot" and f.node == n for f in active(sc.faults, step)):
+                    states.pop(p, None)
+                continue
+            st = states.setdefault(p, PathState())
+            # Probes that ran since the previous sample, in order.
+            while next_probe[p] <= now:
+                t = next_probe[p]
+                next_probe[p] = t + interval * rng.uniform(0.9, 1.1)
+                if rng.random() < sc.busy_rate:
+                    # busy: a deferral, not an attempt; the exporter retries within seconds
+                    next_probe[p] = t + 5
+                    continue
+                if any(e[0] == "stale" and e[1] == n and e[2] <= step < e[3] and e[5] == r
+                       for e in sc.events):
+                    continue  # the device's probes do not run
+                failed, fraction = probe_outcome(fleet, sc.faults, int(t // STEP), n, r, m)
+                if not failed and rng.random() < sc.failure_rate:
+                    failed = True
+                st.attempts += 1
+                st.last_attempt = round(t, 3)
+                if failed:
+                    st.failures += 1
+                    st.success = 0
+                else:
+                    st.failures = 0
+                    st.success = 1
+                    st.last_success = round(t, 3)
+                    st.ratio = min(1.0, fraction * rng.uniform(0.95, 1.0))
+                    st.min_window = rng.uniform(0.8, 0.95)
+                    st.gap = rng.uniform(0.0015, 0.0025)
+                    for e in sc.events:
+                        if e[1] == n and e[2] <= step < e[3] and e[5] in (-1, r) and (
+                                e[4] in ("", m)):
+                            if e[0] == "stall":
+                                st.min_window = 0.1
+                            elif e[0] == "gaps":
+                                st.gap = 0.5
+                            elif e[0] == "below_baseline":
+                                st.ratio = 0.78
+            if st.attempts == 0:
+                continue
+            labels = {"instance": n, "device": f"mlx5_{r}", "peer": m, "peer_device": f"mlx5_{r}"}
+            put("rdma_probe_success", labels, step, st.success)
+            put("rdma_probe_consecutive_failures", labels, step, st.failures)
+            put("rdma_probe_last_attempt_timestamp_seconds", labels, step, st.last_attempt)
+            put("rdma_probe_path_interval_seconds", labels, step, interval)
+            if st.last_success is not None:
+                put("rdma_probe_last_success_timestamp_seconds", labels, step, st.last_success)
+                pace = 2.5e6
+                for kind in ("paced",):
+                    kl = {**labels, "kind": kind}
+                    put("rdma_probe_bandwidth_bytes_per_second", kl, step, round(pace * st.ratio, 1))
+                    put("rdma_probe_target_bandwidth_bytes_per_second", kl, step, pace)
+                    put("rdma_probe_bandwidth_min_window_bytes_per_second", kl, step,
+                        round(pace * st.ratio * st.min_window, 1))
+                    put("rdma_probe_completion_gap_max_seconds", kl, step, st.gap)
+            for e in sc.events:
+                if e[0] == "validation" and e[1] == n and e[4] == m and e[5] == r and step >= e[2]:
+                    put("rdma_probe_last_validation_failure_timestamp_seconds", labels, step,
+                        e[2] * STEP)
+                if e[0] == "capacity" and e[1] == n:
+                    cl = {**labels, "kind": "capacity"}
+                    low = e[2] <= step < e[3] and e[5] == r
+                    put("rdma_probe_bandwidth_bytes_per_second", cl, step, 2.0e10 if low else 9.0e10)
+                    put("rdma_probe_target_bandwidth_bytes_per_second", cl, step, 1.0e11)
+            if any(e[0] == "capacity" for e in sc.events) and not any(
+                    e[0] == "capacity" and e[1] == n for e in sc.events):
+                cl = {**labels, "kind": "capacity"}
+                put("rdma_probe_bandwidth_bytes_per_second", cl, step, 9.0e10)
+                put("rdma_probe_target_bandwidth_bytes_per_second", cl, step, 1.0e11)
+
+        for n in fleet.nodes():
+            absent = exporter_absent(sc.faults, step, n)
+            gone = any(e[0] == "targets_gone" and e[2] <= step < e[3] for e in sc.events)
+            if not gone:
+                put("up", {"instance": n}, step, 0 if absent else 1)
+            if absent or gone:
+                continue
+            put("rdma_probe_node_info", {"instance": n, "node": n, "tor": fleet.tor(n)}, step, 1)
+            put("rdma_probe_config_reload_success", {"instance": n}, step,
+                0 if any(e[0] == "reload_failed" and e[1] == n and e[2] <= step < e[3]
+                         for e in sc.events) else 1)
+            for r in range(fleet.rails):
+                dev = {"instance": n, "device": f"mlx5_{r}"}
+                port = {**dev, "port": "1"}
+                put("rdma_probe_device_info", {**dev, "pci_address": f"0000:{r:02x}:00.0",
+                                               "firmware": "28.39.1002", "rail": str(r)}, step, 1)
+                down = any(f.touches_port(n, r) for f in active(sc.faults, step, "port_down"))
+                put("rdma_probe_port_up", port, step, 0 if down else 1)
+                narrow = any(f.touches_port(n, r) for f in active(sc.faults, step, "port_width"))
+                put("rdma_probe_port_rate_bytes_per_second", port, step, 2.5e10 if narrow else 5.0e10)
+                put("rdma_probe_port_width_lanes", port, step, 2 if narrow else 4)
+                pcie = any(f.touches_port(n, r) for f in active(sc.faults, step, "pcie"))
+                put("rdma_probe_pcie_link_width_lanes", dev, step, 8 if pcie else 16)
+                put("rdma_probe_pcie_link_max_width_lanes", dev, step, 16)
+                put("rdma_probe_pcie_link_speed_transfers_per_second", dev, step, 3.2e10)
+                put("rdma_probe_pcie_link_max_speed_transfers_per_second", dev, step, 3.2e10)
+                stretch = any(e[0] == "stretch" and e[1] == n and e[2] <= step < e[3] and e[5] == r
+                              for e in sc.events)
+                put("rdma_probe_schedule_interval_stretch_ratio", dev, step, 2.5 if stretch else 1)
+            peers = sorted({m for (p, _, m, _) in paths if p == n})
+            for m in peers:
+                put("rdma_probe_peer_info", {"instance": n, "peer": m, "peer_node": m,
+                                             "tor": fleet.tor(m)}, step, 1)
+        counters(sc, step, put)
+    return series
+
+
+def counters(sc, step, put):
+    """Counters of the exporter-health events: they rise by one per step while the event lasts."""
+    for e in sc.events:
+        kind, n, start, end = e[0], e[1], e[2], e[3]
+        if step < start and kind not in ("retransmits", "link_errors", "discovery", "budget_drops",
+                                         "budget_deferrals"):
+            continue
+        rising = start <= step < end
+        done = min(max(step - start + 1, 0), end - start)
+        if kind in ("retransmits", "link_errors"):
+            counter, counter_kind = (("local_ack_timeout_err", "ack_timeout") if kind == "retransmits"
+                                     else ("symbol_error", "symbol_error"))
+            labels = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}",
+                      "side": "local", "counter": counter, "counter_kind": counter_kind}
+            put("rdma_probe_port_increase_total", labels, step, 20 * done)
+        elif kind == "discovery":
+            put("rdma_probe_discovery_errors_total", {"instance": n, "source": "dns"}, step, done)
+        elif kind == "budget_drops":
+            put("rdma_probe_series_budget_dropped_paths_total", {"instance": n}, step, 5 * done)
+        elif kind == "budget_deferrals":
+            dev = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}"}
+            put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, done)
+            put("rdma_probe_runs_total", {**dev, "result": "success"}, step, step + 1)
+        elif kind == "responder_validation" and step >= start:
+            put("rdma_probe_responder_last_validation_failure_timestamp_seconds",
+                {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4]}, step, start * STEP)
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+@dataclass(frozen=True)
+class Expect:
+    alertname: str
+    component: str
+    severity: str
+    labels: tuple  # sorted (name, value) of the projected location labels
+
+    def sample(self):
+        labels = {"alertname": self.alertname, "component": self.component,
+                  "severity": self.severity, **dict(self.labels)}
+        return "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def expect(alertname, component, severity, **labels):
+    return Expect(alertname, component, severity, tuple(sorted((k, str(v)) for k, v in labels.items())))
+
+
+def port_alert(name, node, rail, severity="warning"):
+    d = f"mlx5_{rail}"
+    return expect(name, "port", severity, node=node, device=d, peer_node=node, peer_device=d)
+
+
+def fault_alerts(fleet, fault, scenario):
+    """The alerts a fault must raise, and how many steps after its start and after its end
+    they may take to fire and to resolve."""
+    intervals = [p[3] for p in fleet.paths(scenario.unprobed)]
+    longest = max(intervals) // STEP
+    detect = K * longest + 4  # K probes of the slowest path through it, jitter, scrape, rules
+    resolve = longest + 4
+    f = fault
+    if f.kind == "path":
+        name = "RdmaProbePathFailing" if f.fraction == 0 else "RdmaProbePathDegraded"
+        d = f"mlx5_{f.rail}"
+        return [expect(name, "path", "warning", instance=f.node, node=f.node, device=d,
+                       peer_node=f.peer, peer_device=d, tor=fleet.tor(f.node), rail=f.rail)], detect, resolve
+    if f.kind == "port_fail":
+        return [port_alert("RdmaProbePortFailing", f.node, f.rail)], detect, resolve
+    if f.kind == "port_down":
+        return [port_alert("RdmaProbePortDown", f.node, f.rail)], 3, resolve
+    if f.kind == "port_slow":
+        return [port_alert("RdmaProbePortDegraded", f.node, f.rail)], detect, resolve
+    if f.kind == "node_down":
+        return [expect("RdmaProbeNodeDown", "node", "warning", node=f.node, peer_node=f.node)], detect, 4
+    if f.kind == "reboot":
+        # Shorter than detection: nothing must fire; a warning that the node or its exporter is
+        # down may (never a page).
+        return [OPTIONAL, expect("RdmaProbeNodeDown", "node", "warning", node=f.node, peer_node=f.node),
+                expect("RdmaProbeExporterDown", "exporter", "warning", instance=f.node)], detect, 4
+    if f.kind == "isolated":
+        return [expect("RdmaProbeNodeIsolated", "node", "critical", node=f.node, peer_node=f.node)], detect, resolve
+    if f.kind == "tor_uplink":
+        return [expect("RdmaProbeTorUplinkDegraded", "tor_uplink", "warning", tor=f.tor, rail=f.rail)], detect, resolve
+    if f.kind == "port_width":
+        return [expect("RdmaProbePortLinkBelowFleet", "port", "warning", instance=f.node, node=f.node,
+                       device=f"mlx5_{f.rail}")], 4, 4
+    if f.kind == "pcie":
+        return [expect("RdmaProbePcieLinkDegraded", "port", "warning", instance=f.node, node=f.node,
+                       device=f"mlx5_{f.rail}")], 12, 4
+    if f.kind == "exporter_down":
+        return [expect("RdmaProbeExporterDown", "exporter", "warning", instance=f.node)], 7, 3
+    if f.kind == "scrape_gap":
+        return [], 0, 0
+    raise ValueError(f"unknown fault kind {f.kind}")
+
+
+def event_alerts(e):
+    kind, n, start, end = e[0], e[1], e[2], e[3]
+    d = f"mlx5_{e[5]}" if len(e) > 5 and e[5] != -1 else ""
+    node_dev = dict(instance=n, node=n, device=d)
+    table = {
+        "reload_failed": (expect("RdmaProbeConfigReloadFailed", "exporter", "warning", instance=n), 5, 3),
+        "stretch": (expect("RdmaProbeDutyCycleExhausted", "exporter", "info", instance=n, device=d), 32, 3),
+        "stale": (expect("RdmaProbeStale", "exporter", "warning", **node_dev), 3 * 10 + 4, 4),
+        "retransmits": (expect("RdmaProbePortRetransmits", "port", "warning", **node_dev), 3, 12),
+        "link_errors": (expect("RdmaProbePortLinkErrors", "port", "warning", **node_dev), 3, 12),
+        "discovery": (expect("RdmaProbeDiscoveryErrors", "exporter", "warning", instance=n), 22, 12),
+        "budget_drops": (expect("RdmaProbeSeriesBudgetDrops", "exporter", "info", instance=n), 3, 62),
+        "budget_deferrals": (expect("RdmaProbeBudgetDeferrals", "exporter", "info", instance=n, device=d), 5, 32),
+        "validation": (expect("RdmaProbeValidationFailures", "path", "critical", instance=n, node=n,
+                              device=d, peer_node=e[4], peer_device=d), 2, 3),
+        "responder_validation": (expect("RdmaProbeResponderValidationFailures", "path", "warning",
+                                        instance=n, device=d), 2, 3),
+        "capacity": (expect("RdmaProbeCapacityLow", "port", "warning", instance=n, node=n, device=d), 14, 14),
+        "stall": (expect("RdmaProbeBurstStalls", "path", "warning", instance=n, node=n, device=d,
+                         peer_node=e[4], peer_device=d, tor=Fleet.tor(n), rail=e[5]), 4 * 3 + 4, 6),
+        "gaps": (expect("RdmaProbeCompletionGaps", "path", "info", instance=n, node=n, device=d,
+                        peer_node=e[4], peer_device=d, tor=Fleet.tor(n), rail=e[5]), 4 * 3 + 4, 6),
+        "below_baseline": (expect("RdmaProbeBelowBaseline", "path", "info", instance=n, node=n, device=d,
+                                  peer_node=e[4], peer_device=d, tor=Fleet.tor(n), rail=e[5]), 4 * 3 + 4, 6),
+        "targets_gone": (expect("RdmaProbeExporterAbsent", "exporter", "warning"), 7, 3),
+    }
+    if kind not in table:
+        raise ValueError(f"unknown event kind {kind}")
+    alert, detect, resolve = table[kind]
+    if kind in ("validation", "responder_validation"):
+        end = start + 10  # validation_window: 10 intervals after the failure
+    return alert, start, end, detect, resolve
+
+
+OPTIONAL = "optional"  # in a fault's alert list: the alerts after it may fire, need not
+
+
+def windows(sc):
+    """(alert, start, end, detect, resolve) of every fault and event; an optional alert has a
+    detection time past its end (it is never required)."""
+    out = []
+    for f in sc.faults:
+        alerts, detect, resolve = fault_alerts(sc.fleet, f, sc)
+        if alerts and alerts[0] == OPTIONAL:
+            alerts, detect = alerts[1:], f.end - f.start + 1
+        out += [(a, f.start, f.end, detect, resolve) for a in alerts]
+    for e in sc.events:
+        if e[0] == "unprobed":
+            continue
+        out.append(event_alerts(e))
+    return out
+
+
+def checks(sc):
+    """promql_expr_test items: exact sets at quiet times, allowed sets over each span."""
+    ws = windows(sc)
+    for n in sc.unprobed:
+        ws.append((expect("RdmaProbeNodeUnprobed", "node", "warning", node=n), 0, sc.steps, 34, 0))
+    items = []
+    prev = 0
+    for t in range(sc.check_every, sc.steps, sc.check_every):
+        must, may = set(), set()
+        for alert, start, end, detect, resolve in ws:
+            if start + detect <= t < end:
+                must.add(alert)
+            if start <= t < end + resolve:
+                may.add(alert)
+        in_transition = may != must
+        # Everything that fired since the previous check is explained by some fault then.
+        allowed = set()
+        for alert, start, end, detect, resolve in ws:
+            if start <= t and prev < end + resolve:
+                allowed.add(alert)
+        items.append(("span", t, prev, sorted(allowed, key=lambda a: a.sample())))
+        if not in_transition:
+            items.append(("exact", t, None, sorted(must, key=lambda a: a.sample())))
+        prev = t
+    return items
+
+
+def render_test(sc, rules):
+    series = emulate(sc)
+    lines = [f"# GENERATED by deploy/prometheus/tests/fleet.py: scenario {sc.name}",
+             f"rule_files: [{rules}]", f"evaluation_interval: {STEP}s", "tests:",
+             "  - name: '" + sc.name.replace("'", "''") + "'", f"    interval: {STEP}s", "    input_series:"]
+    for key in sorted(series):
+        lines.append(f"      - series: '{key}'")
+        lines.append(f"        values: '{rle(series[key])}'")
+    lines.append("    promql_expr_test:")
+    for kind, t, prev, alerts in checks(sc):
+        if kind == "exact":
+            lines.append(f"      # exact set at {t}m")
+            lines.append(f"      - expr: '{MARK} (ALERTS{{alertstate=\"firing\"}})'")
+            lines.append(f"        eval_time: {t}m")
+            lines.append("        exp_samples:" + ("" if alerts else " []"))
+            for a in alerts:
+                lines.append(f"          - labels: '{a.sample()}'")
+                lines.append("            value: 1")
+        else:
+            lines.append(f"      # nothing unexplained fired in ({prev}m, {t}m]")
+            lines.append("      - expr: '" + span_query(alerts, max(t - prev, 1)) + "'")
+            lines.append(f"        eval_time: {t}m")
+            lines.append("        exp_samples: []")
+    return "\n".join(lines) + "\n"
+
+
+def constant(alert):
+    """A vector holding one sample with exactly the projected labels of `alert`."""
+    q = "vector(1)"
+    for k, v in [("alertname", alert.alertname), ("component", alert.component),
+                 ("severity", alert.severity), *alert.labels]:
+        q = f'label_replace({q}, "{k}", "{v}", "", "")'
+    return q
+
+
+def span_query(alerts, span):
+    """The alerts firing at any evaluation of the last `span` steps that are not allowed."""
+    q = f'{MARK} (max_over_time(ALERTS{{alertstate="firing"}}[{span}m]))'
+    if not alerts:
+        return q
+    return f"{q} unless ({' or '.join(constant(a) for a in alerts)})"
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+SAMPLED = Fleet(tors=3, per_tor=5, rails=2)
+MESH = Fleet(tors=1, per_tor=5, rails=2, mode="mesh")
+
+
+def scenarios():
+    s = []
+    s.append(Scenario("a clean sampled fleet (same ToR every 7 intervals, others every 10) fires nothing",
+                      SAMPLED, 150, check_every=5))
+    s.append(Scenario("a clean full mesh fires nothing", MESH, 90))
+    s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
+                      [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
+    s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
+                      [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
+    s.append(Scenario("a slow port (a rate cap) fires one RdmaProbePortDegraded", MESH, 80,
+                      [Fault("port_slow", 20, 50, node="t0n3", rail=1, fraction=0.4)]))
+    s.append(Scenario("a dead node seen by 12 probers over minutes fires one RdmaProbeNodeDown",
+                      Fleet(tors=2, per_tor=8, rails=1, cross_peers=5), 120,
+                      [Fault("node_down", 30, 90, node="t0n4")]))
+    s.append(Scenario("a reboot of a node fires nothing that pages", SAMPLED, 100,
+                      [Fault("reboot", 30, 36, node="t2n0")]))
+    s.append(Scenario("a dead rail leaf uplink fires one RdmaProbeTorUplinkDegraded",
+                      Fleet(tors=3, per_tor=5, rails=2, cross_peers=4), 130,
+                      [Fault("tor_uplink", 20, 90, tor="t1", rail=0)]))
+    s.append(Scenario("a slow ToR uplink fires one RdmaProbeTorUplinkDegraded",
+                      Fleet(tors=3, per_tor=5, rails=2, cross_peers=4), 130,
+                      [Fault("tor_uplink", 20, 90, tor="t2", rail=1, fraction=0.3)]))
+    s.append(Scenario("one failing and one slow path elsewhere fire one path alert each", MESH, 80,
+                      [Fault("path", 15, 50, node="t0n0", rail=0, peer="t0n2"),
+                       Fault("path", 20, 60, node="t0n3", rail=1, peer="t0n1", fraction=0.5)]))
+    s.append(Scenario("a node with 3 of its 4 rails dead is isolated (one page)",
+                      Fleet(tors=1, per_tor=5, rails=4, mode="mesh"), 70,
+                      [Fault("isolated", 20, 50, node="t0n2", rails=(0, 1, 3))]))
+    s.append(Scenario("a port trained narrower and a NIC in a narrower slot fire one alert each",
+                      SAMPLED, 60,
+                      [Fault("port_width", 10, 40, node="t0n0", rail=1),
+                       Fault("pcie", 15, 45, node="t2n3", rail=0)]))
+    s.append(Scenario("an exporter down while its node answers fires RdmaProbeExporterDown",
+                      MESH, 60, [Fault("exporter_down", 20, 40, node="t0n1")]))
+    s.append(Scenario("scrape gaps fire nothing, and a validation failure pages once",
+                      MESH, 90,
+                      [Fault("scrape_gap", 30, 33, node="t0n0"), Fault("scrape_gap", 31, 33, node="t0n2"),
+                       Fault("scrape_gap", 70, 73, node="t0n0"), Fault("scrape_gap", 71, 74, node="t0n1")],
+                      events=[("validation", "t0n0", 45, 0, "t0n1", 1),
+                              ("responder_validation", "t0n1", 46, 0, "t0n0", 1)]))
+    s.append(Scenario("exporter-health alerts fire on their own and resolve",
+                      MESH, 130,
+                      events=[("reload_failed", "t0n0", 10, 30, "", -1),
+                              ("stretch", "t0n1", 10, 60, "", 0),
+                              ("stale", "t0n2", 20, 70, "", 1),
+                              ("retransmits", "t0n3", 10, 30, "t0n1", 0),
+                              ("link_errors", "t0n4", 40, 60, "t0n0", 1),
+                              ("discovery", "t0n0", 40, 80, "", -1),
+                              ("budget_drops", "t0n1", 70, 72, "", -1),
+                              ("budget_deferrals", "t0n3", 50, 80, "t0n2", 1)]))
+    s.append(Scenario("path shape alerts: stalls, completion gaps, below baseline",
+                      MESH, 150,
+                      events=[("stall", "t0n0", 70, 100, "t0n1", 0),
+                              ("gaps", "t0n2", 75, 105, "t0n3", 1),
+                              ("below_baseline", "t0n4", 80, 110, "t0n3", 0)]))
+    s.append(Scenario("capacity bursts far below the fleet's fire RdmaProbeCapacityLow",
+                      MESH, 60, events=[("capacity", "t0n2", 10, 40, "", 1)]))
+    s.append(Scenario("no exporter at all fires RdmaProbeExporterAbsent", MESH, 40,
+                      events=[("targets_gone", "", 10, 25, "", -1)]))
+    s.append(Scenario("a node nobody probes fires RdmaProbeNodeUnprobed", MESH, 60,
+                      unprobed=("t0n4",)))
+    return s
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rules", required=True, help="the rules file under test")
+    p.add_argument("-o", "--output", required=True, help="directory for the test files")
+    args = p.parse_args()
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    rules = Path(args.rules).resolve()
+    for i, sc in enumerate(scenarios()):
+        (out / f"fleet-{i:02d}.yaml").write_text(render_test(sc, rules))
+    print(f"fleet.py: {len(scenarios())} scenarios written to {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -209,7 +209,8 @@ async fn scrape_negotiates_the_format_and_passes_promtool() {
 #[tokio::test]
 async fn probe_families_of_many_paths_pass_promtool() {
     use rdma_probe_exporter::metrics::probe::{
-        BurstFigures, DeferReason, PathLabels, ProbeEvent, ProbeRecord, ProbeRecorder, ProbeResult,
+        BurstFigures, CounterRecord, DeferReason, PathLabels, ProbeEvent, ProbeRecord,
+        ProbeRecorder, ProbeResult, Side,
     };
     use rdma_probe_exporter::reason::ErrorReason;
     let server = start().await;
@@ -225,6 +226,17 @@ async fn probe_families_of_many_paths_pass_promtool() {
         qp_bandwidth_min_bytes_per_second: None,
         qp_bandwidth_max_bytes_per_second: None,
     };
+    // Every path's planned interval (rdma_probe_path_interval_seconds).
+    recorder.apply(ProbeEvent::Intervals(
+        (0..50)
+            .map(|i| {
+                (
+                    (format!("mlx5_{}", i % 4), format!("node-{i}")),
+                    std::time::Duration::from_secs(60 + i),
+                )
+            })
+            .collect(),
+    ));
     for i in 0..50 {
         let path = PathLabels {
             device: format!("mlx5_{}", i % 4),
@@ -256,7 +268,14 @@ async fn probe_families_of_many_paths_pass_promtool() {
                 target_bytes_per_second: Some(1.25e9),
                 setup_seconds: Some(0.1),
                 at_unix_seconds: 1.7e9,
-                counters: Vec::new(),
+                // Port counters with their kind (counter_kind).
+                counters: [
+                    CounterRecord::new(Side::Local, "port_xmit_data", 4096),
+                    CounterRecord::new(Side::Remote, "out_of_seq_request", 2),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
                 other_traffic: Vec::new(),
             },
         ));
@@ -268,6 +287,13 @@ async fn probe_families_of_many_paths_pass_promtool() {
     let text = get(server.addr, "/metrics", None).await;
     assert_eq!(text.status, 200);
     assert_eq!(text.body.matches("rdma_probe_success{").count(), 50);
+    assert_eq!(
+        text.body
+            .matches("rdma_probe_path_interval_seconds{")
+            .count(),
+        50
+    );
+    assert!(text.body.contains(r#"counter_kind="out_of_sequence""#));
     promtool::assert_promtool_accepts(&text.body);
     let _ = server.stop.send(());
 }

@@ -163,7 +163,13 @@ impl Pacer {
     /// When the next message is due if nothing is consumed before then (ignores the stall
     /// clamp, which can only make it earlier).
     pub fn next_due(&self) -> Duration {
-        Duration::from_nanos(self.due_ns(self.consumed.saturating_add(1)))
+        self.due_after(1)
+    }
+
+    /// The slot of the `n`-th message after those consumed (`n ≥ 1`): when it would be due if
+    /// nothing else were consumed before it.
+    pub fn due_after(&self, n: u64) -> Duration {
+        Duration::from_nanos(self.due_ns(self.consumed.saturating_add(n.max(1))))
     }
 }
 

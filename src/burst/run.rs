@@ -111,6 +111,8 @@ pub struct BurstRun {
     stopping: bool,
     first_post: Option<Duration>,
     last_progress: Duration,
+    /// Closing WRs of a stopping duration burst posted so far (they are not paced).
+    closing_posted: u64,
 }
 
 impl BurstRun {
@@ -154,6 +156,7 @@ impl BurstRun {
             stopping: false,
             first_post: None,
             last_progress: Duration::ZERO,
+            closing_posted: 0,
         }
     }
 
@@ -223,6 +226,15 @@ impl BurstRun {
                 });
                 if last {
                     self.finished[q] = true;
+                }
+                if self.stopping {
+                    // The closing WR goes when the duration is up, not in its pacing slot: it
+                    // is timed in its slot, or a short paced burst would read above its pace
+                    // (docs/architecture.md, "Paced bursts are timed from the pacer's start").
+                    self.closing_posted += 1;
+                    if let Some(p) = &self.pacer {
+                        self.stats.on_paced_end(p.due_after(self.closing_posted));
+                    }
                 }
             }
             if !self.stopping && n > 0 {
@@ -479,6 +491,53 @@ mod tests {
             "gap {:?}",
             report.completion_gap_max
         );
+    }
+
+    /// What a burst sent exactly at its pace reads: `n` messages of 64 KiB at 1,000 msg/s over a
+    /// link that carries each in 1 µs and completes it `latency` later, driven in 10 µs steps
+    /// (the pacer's slots fall on steps). A count burst of `n`, or a duration burst whose
+    /// duration ends half a slot before the n-th slot: n − 1 paced messages and its closing one.
+    fn paced_reading(n: u64, duration: bool, latency: Duration) -> f64 {
+        let per_second = 1000.0;
+        let length = if duration {
+            BurstLength::Duration(s((n as f64 - 0.5) / per_second))
+        } else {
+            BurstLength::Messages(n)
+        };
+        let plan = BurstPlan::builder(65536, length)
+            .rate(Some(
+                ResolvedRate::from_messages_per_second(per_second, 65536).unwrap(),
+            ))
+            .build()
+            .unwrap();
+        let mut run = BurstRun::new(&plan, 1, s(5.0));
+        simulate(
+            &mut run,
+            s(1e-6),
+            latency,
+            s(1e-5),
+            s(n as f64 / per_second + 1.0),
+        );
+        assert!(run.is_done());
+        let report = run.report();
+        assert_eq!(report.messages, n, "{report:?}");
+        report.bandwidth_bytes_per_second / (per_second * 65536.0)
+    }
+
+    #[test]
+    fn a_burst_sent_at_its_pace_reads_its_pace_whatever_its_length() {
+        for n in [5, 10, 100, 10_000] {
+            for duration in [false, true] {
+                // Completions 10 µs after the post (1% of a slot), as on a NIC.
+                let ratio = paced_reading(n, duration, s(10e-6));
+                assert!(
+                    (ratio - 1.0).abs() <= 0.005,
+                    "{n} messages (duration burst: {duration}) read {ratio} of the pace"
+                );
+                // Never above the pace, however short.
+                assert!(paced_reading(n, duration, Duration::ZERO) <= 1.0 + 1e-9);
+            }
+        }
     }
 
     #[test]

@@ -15,8 +15,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::config::Labels;
+use crate::config::{Labels, Peer};
 use crate::control::message::Identity;
+use crate::discovery::address_name;
 use crate::schedule::PathKey;
 
 /// How long what a peer said keeps a path out of the schedule: then the path is probed once
@@ -117,19 +118,30 @@ impl PeerIdentities {
     }
 }
 
+/// The node name the config gives a peer: its `name` (in the shared `peers` list, or a file_sd
+/// target group's `name` label, a peer's name is its node name); `None` for a peer known by its
+/// address alone, whose name is its address.
+pub fn configured_node(peer: &Peer) -> Option<&str> {
+    (peer.name() != address_name(peer.address())).then_some(peer.name())
+}
+
 /// The labels of a peer's `rdma_probe_peer_info`: `peer` and the labels the config gives it,
-/// then what it said about itself, if it ever did: `peer_node` (its node name) and each of its
-/// labels the config does not set. The config wins a label both set: it is what the operator
-/// wrote for this peer.
+/// then `peer_node`, the node name: what the peer said once it answered, else the name the
+/// config gives it (`configured_node`), else none; then each label the peer said that the
+/// config does not set. The config wins a label both set: it is what the operator wrote for
+/// this peer.
 pub fn peer_info_labels(
     peer: &str,
+    configured_node: Option<&str>,
     configured: &Labels,
     heard: Option<&Identity>,
 ) -> Vec<(String, String)> {
     let mut labels = vec![("peer".to_owned(), peer.to_owned())];
     labels.extend(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Some(node) = heard.map(|i| i.node.as_str()).or(configured_node) {
+        labels.push(("peer_node".to_owned(), node.to_owned()));
+    }
     if let Some(identity) = heard {
-        labels.push(("peer_node".to_owned(), identity.node.clone()));
         labels.extend(
             identity
                 .labels
@@ -241,7 +253,7 @@ mod tests {
     #[test]
     fn peer_info_adds_what_the_peer_said_and_the_config_wins() {
         let configured: Labels = [("rack".to_owned(), "r1".to_owned())].into();
-        let never = peer_info_labels("10.0.0.5", &configured, None);
+        let never = peer_info_labels("10.0.0.5", None, &configured, None);
         assert_eq!(
             never,
             [
@@ -251,7 +263,7 @@ mod tests {
         );
         let mut identity = said("node5", &[Some(0)]);
         identity.labels.insert("rack".into(), "r9".into());
-        let told = peer_info_labels("10.0.0.5", &configured, Some(&identity));
+        let told = peer_info_labels("10.0.0.5", None, &configured, Some(&identity));
         let pairs: Vec<(&str, &str)> = told.iter().map(|(k, v)| (&**k, &**v)).collect();
         assert_eq!(
             pairs,
@@ -260,6 +272,55 @@ mod tests {
                 ("rack", "r1"),
                 ("peer_node", "node5"),
                 ("tor", "t2")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_named_peer_has_its_node_name_before_it_answers_and_what_it_says_after() {
+        let configured: Labels = [("tor".to_owned(), "t1".to_owned())].into();
+        let pairs = |labels: &[(String, String)]| -> Vec<(String, String)> { labels.to_vec() };
+        let before = peer_info_labels("node5", Some("node5"), &configured, None);
+        assert_eq!(
+            pairs(&before),
+            [
+                ("peer".to_owned(), "node5".to_owned()),
+                ("tor".to_owned(), "t1".to_owned()),
+                ("peer_node".to_owned(), "node5".to_owned())
+            ]
+        );
+        // What it reports wins over the config's name (a host renamed, a name the config got
+        // wrong), and its label set changes only in the value.
+        let after = peer_info_labels(
+            "node5",
+            Some("node5"),
+            &configured,
+            Some(&said("gpu-5", &[])),
+        );
+        let keys: Vec<&str> = after.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["peer", "tor", "peer_node"]);
+        assert_eq!(after[2].1, "gpu-5");
+    }
+
+    #[test]
+    fn only_a_peer_named_in_the_config_has_a_configured_node_name() {
+        let config = crate::config::Config::from_str(
+            "node: n1\nauth: none\ndevices: [{name: d0}]\npeers:\n  - {name: node5, address: 10.0.0.5}\n  - {address: 10.0.0.6}\n  - {address: 10.0.0.7:4791}\n",
+            "test",
+            |_| None,
+        )
+        .unwrap();
+        let nodes: Vec<(&str, Option<&str>)> = config
+            .peers()
+            .iter()
+            .map(|p| (p.name(), configured_node(p)))
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                ("node5", Some("node5")),
+                ("10.0.0.6", None),
+                ("10.0.0.7:4791", None)
             ]
         );
     }

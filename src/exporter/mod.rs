@@ -171,6 +171,10 @@ pub async fn run(
     let port_facts = tokio::spawn(ports::run(
         Sysfs::system().excluding(config.exclude_devices().iter().cloned()),
         devices.iter().map(|d| (d.name.clone(), d.port)).collect(),
+        devices
+            .iter()
+            .filter_map(|d| Some((d.name.clone(), d.rail?)))
+            .collect(),
         events.clone(),
         ports::REFRESH,
     ));

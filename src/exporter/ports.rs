@@ -2,7 +2,7 @@
 //! are read from sysfs (on a blocking thread: a handful of small files) and handed to the
 //! recorder (docs/metrics.md, "Port facts").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -35,15 +35,18 @@ pub fn report(sysfs: &Sysfs, ports: &[(String, u8)]) -> (PortReport, Vec<(String
     let report = PortReport {
         ports: ports.to_vec(),
         devices,
+        rails: BTreeMap::new(),
     };
     (report, failed)
 }
 
-/// Sends a [`PortReport`] now and every `every`, until the recorder is gone. A device that
-/// cannot be read is logged when it starts and stops failing, not at every refresh.
+/// Sends a [`PortReport`] now and every `every`, until the recorder is gone, with the
+/// configured rail of each device in `rails`. A device that cannot be read is logged when it
+/// starts and stops failing, not at every refresh.
 pub async fn run(
     sysfs: Sysfs,
     ports: Vec<(String, u8)>,
+    rails: BTreeMap<String, u16>,
     events: mpsc::Sender<ProbeEvent>,
     every: Duration,
 ) {
@@ -53,9 +56,11 @@ pub async fn run(
     loop {
         ticker.tick().await;
         let (s, p) = (sysfs.clone(), ports.clone());
-        let Ok((report, failed)) = tokio::task::spawn_blocking(move || report(&s, &p)).await else {
+        let Ok((mut report, failed)) = tokio::task::spawn_blocking(move || report(&s, &p)).await
+        else {
             return; // the runtime is shutting down
         };
+        report.rails = rails.clone();
         let now: BTreeSet<String> = failed.iter().map(|(d, _)| d.clone()).collect();
         for (device, error) in &failed {
             if !failing.contains(device) {
@@ -104,7 +109,8 @@ mod tests {
             ("mlx5_1".to_owned(), 1),
             ("mlx5_8".to_owned(), 1),
         ];
-        let (first, failed) = report(&sysfs, &ports);
+        let (mut first, failed) = report(&sysfs, &ports);
+        first.rails = [("mlx5_0".to_owned(), 3)].into();
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert!(failed[0].1.contains("excluded"), "{failed:?}");
         recorder.apply(ProbeEvent::Ports(first));
@@ -146,8 +152,17 @@ mod tests {
             sample(&text, &format!("rdma_probe_device_numa_node{d1}")),
             Some(1.0)
         );
-        let dinfo = r#"rdma_probe_device_info{device="mlx5_0",pci_address="0000:3b:00.0",firmware="22.36.1010"}"#;
+        let dinfo = r#"rdma_probe_device_info{device="mlx5_0",pci_address="0000:3b:00.0",firmware="22.36.1010",rail="3"}"#;
         assert_eq!(sample(&text, dinfo), Some(1.0), "{text}");
+        // A device without a configured rail: an empty rail label.
+        assert!(
+            text.contains(r#"rdma_probe_device_info{device="mlx5_1",pci_address=""#)
+                && text.lines().any(
+                    |l| l.starts_with(r#"rdma_probe_device_info{device="mlx5_1""#)
+                        && l.contains(r#",rail=""}"#)
+                ),
+            "{text}"
+        );
         assert!(sample(&text, &format!("rdma_probe_port_up{m1}")).is_some());
         // The excluded device is listed as a probed port but never read: down, nothing else.
         let m8 = r#"{device="mlx5_8",port="1"}"#;
@@ -204,6 +219,7 @@ mod tests {
         let task = tokio::spawn(run(
             fixture("rxe"),
             vec![("rxe0".to_owned(), 1)],
+            [("rxe0".to_owned(), 0)].into(),
             tx,
             Duration::from_secs(30),
         ));
@@ -211,6 +227,7 @@ mod tests {
             match rx.recv().await {
                 Some(ProbeEvent::Ports(report)) => {
                     assert_eq!(report.devices.len(), 1);
+                    assert_eq!(report.rails.get("rxe0"), Some(&0));
                     assert!(report.devices[0].ports[0].is_up());
                 }
                 other => panic!("{other:?}"),

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::device::{DeviceCommand, ProbeFinished};
-use super::identity::{peer_info_labels, PeerIdentities, Unmatched};
+use super::identity::{configured_node, peer_info_labels, PeerIdentities, Unmatched};
 use super::paths::{path_specs, selector, PathSpec};
 use crate::config::{Config, Device, Limits};
 use crate::control::message::Identity;
@@ -315,6 +315,8 @@ impl Service {
         let labels = self.labels(&key);
         self.emit(ProbeEvent::completed(labels, record)).await;
         self.emit_schedule(&key.device, now).await;
+        // The burst's cost moved the device's stretch, so its paths' intervals too.
+        self.emit_intervals(&key.device).await;
     }
 
     /// Keeps what `peer` said about itself: a change goes to its `peer_info`, and a path whose
@@ -353,6 +355,7 @@ impl Service {
         let configured = self.config.active_peers().find(|p| p.name() == peer)?;
         Some(peer_info_labels(
             peer,
+            configured_node(configured),
             configured.labels(),
             self.identities.get(peer),
         ))
@@ -630,6 +633,7 @@ impl Service {
         let now = self.now();
         for device in self.workers.keys().cloned().collect::<Vec<_>>() {
             self.emit_schedule(&device, now).await;
+            self.emit_intervals(&device).await;
         }
         Ok(())
     }
@@ -696,6 +700,20 @@ impl Service {
         }
     }
 
+    /// The interval each path of `device` is planned at now
+    /// (`rdma_probe_path_interval_seconds`).
+    async fn emit_intervals(&self, device: &str) {
+        let intervals: Vec<_> = self
+            .scheduler
+            .planned_intervals(device)
+            .into_iter()
+            .map(|(key, interval)| ((key.device.clone(), key.peer.clone()), interval))
+            .collect();
+        if !intervals.is_empty() {
+            self.emit(ProbeEvent::Intervals(intervals)).await;
+        }
+    }
+
     async fn emit(&self, event: ProbeEvent) {
         // Only fails when the recorder is gone, i.e. at shutdown.
         let _ = self.events.send(event).await;
@@ -710,7 +728,14 @@ fn info_labels(config: &Config, identities: &PeerIdentities) -> InfoLabels {
         .collect();
     let peers = config
         .active_peers()
-        .map(|p| peer_info_labels(p.name(), p.labels(), identities.get(p.name())))
+        .map(|p| {
+            peer_info_labels(
+                p.name(),
+                configured_node(p),
+                p.labels(),
+                identities.get(p.name()),
+            )
+        })
         .collect();
     InfoLabels { node, peers }
 }

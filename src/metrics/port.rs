@@ -7,7 +7,7 @@
 //! series goes), never exported as 0; `port_up` is there for every port the exporter probes
 //! from, 0 also when the port could not be read at all.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -27,6 +27,8 @@ pub struct PortReport {
     pub ports: Vec<(String, u8)>,
     /// What was read; a device missing here (unreadable, vanished) shows its ports down.
     pub devices: Vec<DeviceFacts>,
+    /// The configured rail of each local device that has one (`rail` of `device_info`).
+    pub rails: BTreeMap<String, u16>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -55,6 +57,9 @@ struct DeviceInfoLabels {
     device: String,
     pci_address: String,
     firmware: String,
+    /// The device's configured rail, empty when it has none: a path from a device on rail R
+    /// probes the peer's device on R, so this is the path's rail.
+    rail: String,
 }
 
 /// The families, registered once.
@@ -133,7 +138,7 @@ impl PortFamilies {
         );
         add!(
             "device_info",
-            "The device's PCI address and firmware version; always 1",
+            "The device's PCI address, firmware version and configured rail; always 1",
             f.device_info.clone()
         );
         f
@@ -179,6 +184,11 @@ impl PortSeries {
                         device: device.clone(),
                         pci_address: pci_address(dev),
                         firmware: dev.firmware.clone().unwrap_or_default(),
+                        rail: report
+                            .rails
+                            .get(device)
+                            .map(u16::to_string)
+                            .unwrap_or_default(),
                     };
                     f.device_info.get_or_create(&i).set(1);
                     device_info.insert(i);

@@ -16,7 +16,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
@@ -24,6 +23,7 @@ use super::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SER
 use super::port::{PortFamilies, PortReport, PortSeries};
 use super::PREFIX;
 use crate::burst::BurstReport;
+use crate::port::CounterKind;
 use crate::prober::{BurstKind, ProbeOutcome};
 use crate::reason::ErrorReason;
 
@@ -62,6 +62,7 @@ struct CounterLabels {
     peer_device: String,
     side: &'static str,
     counter: &'static str,
+    counter_kind: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -202,6 +203,9 @@ impl Side {
 pub struct CounterRecord {
     pub side: Side,
     pub counter: &'static str,
+    /// The allowlist's kind of the counter (`counter_kind`: what it tells, whatever the driver
+    /// calls it).
+    pub kind: crate::port::CounterKind,
     pub increase: u64,
 }
 
@@ -213,6 +217,7 @@ impl CounterRecord {
         (increase > 0).then_some(CounterRecord {
             side,
             counter: spec.label,
+            kind: spec.kind,
             increase,
         })
     }
@@ -325,6 +330,10 @@ pub enum ProbeEvent {
     /// budget prefers it (a same-group or full-mesh path). A path out of the selection leaves
     /// `/metrics` once it has not been probed for the TTL.
     Selection(BTreeMap<(String, String), bool>),
+    /// The interval each of these selected paths, (device, peer), is planned at now: its
+    /// configured interval with the selection, rounds and duty-cycle stretch (docs/metrics.md,
+    /// `rdma_probe_path_interval_seconds`). Paths not listed keep what they were last told.
+    Intervals(Vec<((String, String), Duration)>),
     /// The series budget's limits (docs/metrics.md, "Series budget").
     SeriesBudget { limit: usize, ttl: Duration },
     /// A config (re)load: whether it succeeded, and when.
@@ -419,7 +428,9 @@ pub struct ProbeFamilies {
     other_traffic: Family<TrafficLabels, Counter>,
     setup: Family<PathLabels, FloatGauge>,
     last_success: Family<PathLabels, FloatGauge>,
-    burst_duration: Histogram,
+    interval: Family<PathLabels, FloatGauge>,
+    last_attempt: Family<PathLabels, FloatGauge>,
+    consecutive_failures: Family<PathLabels, Gauge>,
     reload_success: Gauge,
     last_reload: FloatGauge,
     node_info: Family<Vec<(String, String)>, Gauge>,
@@ -457,8 +468,9 @@ impl ProbeFamilies {
             other_traffic: Family::default(),
             setup: Family::default(),
             last_success: Family::default(),
-            // 1 ms .. ~33 s, doubling: bursts are short by design.
-            burst_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            interval: Family::default(),
+            last_attempt: Family::default(),
+            consecutive_failures: Family::default(),
             reload_success: Gauge::default(),
             last_reload: FloatGauge::default(),
             node_info: Family::default(),
@@ -562,9 +574,20 @@ impl ProbeFamilies {
             f.last_success.clone()
         );
         add!(
-            "burst_duration_seconds",
-            "Data phase of bursts, all paths together",
-            f.burst_duration.clone()
+            "path_interval_seconds",
+            "How long between two probes of this path as the scheduler plans it now: its \
+             interval with the selection, rounds and duty-cycle stretch",
+            f.interval.clone()
+        );
+        add!(
+            "last_attempt_timestamp_seconds",
+            "Unix time of the path's last probe that ran, successful or failed",
+            f.last_attempt.clone()
+        );
+        add!(
+            "consecutive_failures",
+            "Failed probes of this path since its last success",
+            f.consecutive_failures.clone()
         );
         add!(
             "config_reload_success",
@@ -651,21 +674,20 @@ struct SeriesOfPath {
     results: BTreeSet<&'static str>,
     errors: BTreeSet<&'static str>,
     deferred: BTreeSet<&'static str>,
-    counters: BTreeSet<(&'static str, &'static str)>,
+    /// (side, counter, kind) of its port counter series.
+    counters: BTreeSet<(&'static str, &'static str, CounterKind)>,
     other_traffic: BTreeSet<(Side, Direction)>,
     kinds: BTreeSet<BurstKind>,
 }
 
 /// A port counter of the traffic kinds (bytes, packets): with the other traffic, what the series
 /// budget sheds first.
-fn is_traffic(label: &str) -> bool {
-    use crate::port::CounterKind as K;
-    crate::port::by_label(label).is_some_and(|spec| {
-        matches!(
-            spec.kind,
-            K::XmitBytes | K::RcvBytes | K::XmitPackets | K::RcvPackets
-        )
-    })
+fn is_traffic(kind: CounterKind) -> bool {
+    use CounterKind as K;
+    matches!(
+        kind,
+        K::XmitBytes | K::RcvBytes | K::XmitPackets | K::RcvPackets
+    )
 }
 
 /// Now, as the series budget counts time.
@@ -688,6 +710,8 @@ pub struct ProbeRecorder {
     budget: SeriesBudget<PathLabels>,
     /// The selection: (device, peer) → preferred by the budget.
     selection: BTreeMap<(String, String), bool>,
+    /// The interval each selected path is planned at now, seconds: device → peer → interval.
+    planned: BTreeMap<String, BTreeMap<String, f64>>,
     /// Every candidate peer's static labels; `peer_info` shows those of the peers selected or
     /// with a path on `/metrics`.
     peer_labels: BTreeMap<String, Vec<(String, String)>>,
@@ -708,6 +732,7 @@ impl ProbeRecorder {
             snapshot: PathSnapshot::default(),
             budget: SeriesBudget::new(DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL),
             selection: BTreeMap::new(),
+            planned: BTreeMap::new(),
             peer_labels: BTreeMap::new(),
             shown_peers: BTreeSet::new(),
             warned: false,
@@ -764,9 +789,14 @@ impl ProbeRecorder {
                 self.refresh_peer_info();
             }
             ProbeEvent::Selection(selection) => {
+                self.planned.retain(|device, peers| {
+                    peers.retain(|peer, _| selection.contains_key(&(device.clone(), peer.clone())));
+                    !peers.is_empty()
+                });
                 self.selection = selection;
                 self.refresh_peer_info();
             }
+            ProbeEvent::Intervals(intervals) => self.on_intervals(intervals),
             ProbeEvent::SeriesBudget { limit, ttl } => {
                 self.budget.reset(limit, ttl);
                 self.warned = false;
@@ -878,6 +908,9 @@ impl ProbeRecorder {
             + present(f.messages.get(path).is_some());
         let mut base = present(f.success.get(path).is_some())
             + present(f.last_success.get(path).is_some())
+            + present(f.interval.get(path).is_some())
+            + present(f.last_attempt.get(path).is_some())
+            + present(f.consecutive_failures.get(path).is_some())
             + series.results.len()
             + series.errors.len()
             + series.deferred.len();
@@ -900,7 +933,7 @@ impl ProbeRecorder {
         let traffic = series
             .counters
             .iter()
-            .filter(|(_, c)| is_traffic(c))
+            .filter(|(_, _, kind)| is_traffic(*kind))
             .count();
         base += series.counters.len() - traffic;
         Some(PathSeries {
@@ -1003,9 +1036,10 @@ impl ProbeRecorder {
     fn shed_traffic(&mut self) {
         let f = &self.families;
         for (path, series) in &mut self.series {
-            series.counters.retain(|(side, counter)| {
-                if is_traffic(counter) {
-                    f.port_counters.remove(&counter_labels(path, side, counter));
+            series.counters.retain(|&(side, counter, kind)| {
+                if is_traffic(kind) {
+                    f.port_counters
+                        .remove(&counter_labels(path, side, counter, kind));
                     false
                 } else {
                     true
@@ -1035,11 +1069,35 @@ impl ProbeRecorder {
         f.stretch.get_or_create(&device).set(figures.stretch);
     }
 
+    /// Keeps the planned intervals, and shows them on the paths on `/metrics`.
+    fn on_intervals(&mut self, intervals: Vec<((String, String), Duration)>) {
+        for ((device, peer), interval) in intervals {
+            self.planned
+                .entry(device)
+                .or_default()
+                .insert(peer, interval.as_secs_f64());
+        }
+        for path in self.series.keys() {
+            if let Some(interval) = self.planned_interval(path) {
+                self.families.interval.get_or_create(path).set(interval);
+            }
+        }
+    }
+
+    fn planned_interval(&self, path: &PathLabels) -> Option<f64> {
+        self.planned.get(&path.device)?.get(&path.peer).copied()
+    }
+
     fn on_attempt(&mut self, path: PathLabels) {
         if self.series.contains_key(&path) {
             return;
         }
-        self.families.success.get_or_create(&path).set(0);
+        let f = &self.families;
+        f.success.get_or_create(&path).set(0);
+        f.consecutive_failures.get_or_create(&path).set(0);
+        if let Some(interval) = self.planned_interval(&path) {
+            f.interval.get_or_create(&path).set(interval);
+        }
         self.series.insert(path.clone(), SeriesOfPath::default());
         self.table()
             .entry(path.clone())
@@ -1071,6 +1129,10 @@ impl ProbeRecorder {
             }
             ProbeResult::Success { figures } => {
                 f.success.get_or_create(&path).set(1);
+                f.consecutive_failures.get_or_create(&path).set(0);
+                f.last_attempt
+                    .get_or_create(&path)
+                    .set(record.at_unix_seconds);
                 f.last_success
                     .get_or_create(&path)
                     .set(record.at_unix_seconds);
@@ -1081,6 +1143,10 @@ impl ProbeRecorder {
                 reason, figures, ..
             } => {
                 f.success.get_or_create(&path).set(0);
+                f.consecutive_failures.get_or_create(&path).inc();
+                f.last_attempt
+                    .get_or_create(&path)
+                    .set(record.at_unix_seconds);
                 count_run(f, series, &path, "failure");
                 let reason = reason.as_str();
                 f.errors.get_or_create(&reason_labels(&path, reason)).inc();
@@ -1092,13 +1158,13 @@ impl ProbeRecorder {
         for c in record
             .counters
             .iter()
-            .filter(|c| !(shed && is_traffic(c.counter)))
+            .filter(|c| !(shed && is_traffic(c.kind)))
         {
             let side = c.side.as_str();
             f.port_counters
-                .get_or_create(&counter_labels(&path, side, c.counter))
+                .get_or_create(&counter_labels(&path, side, c.counter, c.kind))
                 .inc_by(c.increase);
-            series.counters.insert((side, c.counter));
+            series.counters.insert((side, c.counter, c.kind));
         }
         // Created at the first burst that tells it, zero or not: 0 says "measured, none".
         for t in record.other_traffic.iter().filter(|_| !shed) {
@@ -1162,7 +1228,6 @@ impl ProbeRecorder {
             f.bytes.get_or_create(path).inc_by(figures.bytes);
             f.messages.get_or_create(path).inc_by(figures.messages);
         }
-        f.burst_duration.observe(figures.elapsed_seconds);
     }
 
     fn update_table(&self, path: PathLabels, record: ProbeRecord) {
@@ -1211,6 +1276,9 @@ impl ProbeRecorder {
         f.setup.remove(path);
         f.last_success.remove(path);
         f.success.remove(path);
+        f.interval.remove(path);
+        f.last_attempt.remove(path);
+        f.consecutive_failures.remove(path);
         f.bytes.remove(path);
         f.messages.remove(path);
         for result in series.results {
@@ -1222,8 +1290,9 @@ impl ProbeRecorder {
         for reason in series.deferred {
             f.deferred.remove(&reason_labels(path, reason));
         }
-        for (side, counter) in series.counters {
-            f.port_counters.remove(&counter_labels(path, side, counter));
+        for (side, counter, kind) in series.counters {
+            f.port_counters
+                .remove(&counter_labels(path, side, counter, kind));
         }
         for (side, direction) in series.other_traffic {
             f.other_traffic
@@ -1271,13 +1340,19 @@ fn result_labels(path: &PathLabels, result: &'static str) -> ResultLabels {
     }
 }
 
-fn counter_labels(path: &PathLabels, side: &'static str, counter: &'static str) -> CounterLabels {
+fn counter_labels(
+    path: &PathLabels,
+    side: &'static str,
+    counter: &'static str,
+    kind: CounterKind,
+) -> CounterLabels {
     CounterLabels {
         device: path.device.clone(),
         peer: path.peer.clone(),
         peer_device: path.peer_device.clone(),
         side,
         counter,
+        counter_kind: kind.as_str(),
     }
 }
 
@@ -1412,9 +1487,9 @@ mod tests {
             ),
             Some(1_700_000_000.0)
         );
-        assert_eq!(
-            sample(&text, "rdma_probe_burst_duration_seconds_count"),
-            Some(1.0)
+        assert!(
+            !text.contains("rdma_probe_burst_duration_seconds"),
+            "the histogram that measured only the config is gone: {text}"
         );
         let state = recorder.snapshot().read().unwrap()[&path("node-b")].clone();
         assert_eq!(state.runs, 3);
@@ -1423,6 +1498,114 @@ mod tests {
             state.last_error.as_ref().map(|e| e.0),
             Some(ErrorReason::Connect)
         );
+    }
+
+    #[test]
+    fn each_path_shows_its_planned_interval_last_attempt_and_failures_since_its_last_success() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let text = |m: &Metrics| m.encode(Format::PrometheusText).unwrap();
+        let key = |peer: &str| ("mlx5_0".to_owned(), peer.to_owned());
+        recorder.apply(ProbeEvent::Selection(
+            [(key("node-b"), true), (key("node-c"), false)].into(),
+        ));
+        recorder.apply(ProbeEvent::Intervals(vec![
+            (key("node-b"), Duration::from_secs_f64(423.5)),
+            (key("node-c"), Duration::from_secs(600)),
+        ]));
+        let interval = format!("rdma_probe_path_interval_seconds{B}");
+        let last_attempt = format!("rdma_probe_last_attempt_timestamp_seconds{B}");
+        let failures = format!("rdma_probe_consecutive_failures{B}");
+        assert_eq!(sample(&text(&metrics), &interval), None, "no path yet");
+
+        // From the first attempt: the interval, and no failure; no attempt has ended yet.
+        recorder.apply(ProbeEvent::Attempt(path("node-b")));
+        let t = text(&metrics);
+        assert_eq!(sample(&t, &interval), Some(423.5), "{t}");
+        assert_eq!(sample(&t, &failures), Some(0.0));
+        assert_eq!(sample(&t, &last_attempt), None);
+
+        // Failures count up and stamp the attempt; deferrals are not attempts.
+        recorder.apply(ProbeEvent::completed(
+            path("node-b"),
+            failure(ErrorReason::Timeout),
+        ));
+        let mut second = failure(ErrorReason::Connect);
+        second.at_unix_seconds += 60.0;
+        recorder.apply(ProbeEvent::completed(path("node-b"), second));
+        let mut busy = failure(ErrorReason::Connect);
+        busy.result = ProbeResult::Deferred {
+            reason: DeferReason::Busy,
+        };
+        busy.at_unix_seconds += 90.0;
+        recorder.apply(ProbeEvent::completed(path("node-b"), busy));
+        recorder.apply(ProbeEvent::Deferred(path("node-b"), DeferReason::Budget));
+        let t = text(&metrics);
+        assert_eq!(sample(&t, &failures), Some(2.0), "{t}");
+        assert_eq!(sample(&t, &last_attempt), Some(1_700_000_120.0));
+        // A success: back to 0, stamped.
+        let mut ok = success(1e9);
+        ok.at_unix_seconds = 1_700_000_200.0;
+        recorder.apply(ProbeEvent::completed(path("node-b"), ok));
+        let t = text(&metrics);
+        assert_eq!(sample(&t, &failures), Some(0.0));
+        assert_eq!(sample(&t, &last_attempt), Some(1_700_000_200.0));
+        recorder.apply(ProbeEvent::completed(
+            path("node-b"),
+            failure(ErrorReason::Timeout),
+        ));
+        assert_eq!(sample(&text(&metrics), &failures), Some(1.0));
+
+        // The stretch moved: the new plan shows at once.
+        recorder.apply(ProbeEvent::Intervals(vec![(
+            key("node-b"),
+            Duration::from_secs(500),
+        )]));
+        assert_eq!(sample(&text(&metrics), &interval), Some(500.0));
+
+        // A path whose labels move (the peer answered with its device) has its interval under
+        // the new labels from their first result.
+        let unknown = PathLabels {
+            peer_device: "unknown".into(),
+            ..path("node-c")
+        };
+        recorder.apply(ProbeEvent::Attempt(unknown.clone()));
+        recorder.apply(ProbeEvent::ForgetPath(unknown));
+        recorder.apply(ProbeEvent::completed(path("node-c"), success(1e9)));
+        let c = r#"{device="mlx5_0",peer="node-c",peer_device="mlx5_0"}"#;
+        let t = text(&metrics);
+        assert_eq!(
+            sample(&t, &format!("rdma_probe_path_interval_seconds{c}")),
+            Some(600.0),
+            "{t}"
+        );
+        assert!(!t.contains(r#"peer_device="unknown""#), "{t}");
+
+        // Rotated out of the selection but still on /metrics: node-c keeps what it was last
+        // planned at, whatever the others are told.
+        recorder.apply(ProbeEvent::Selection([(key("node-b"), true)].into()));
+        recorder.apply(ProbeEvent::Intervals(vec![(
+            key("node-b"),
+            Duration::from_secs(450),
+        )]));
+        let t = text(&metrics);
+        assert_eq!(
+            sample(&t, &format!("rdma_probe_path_interval_seconds{c}")),
+            Some(600.0),
+            "{t}"
+        );
+        assert_eq!(sample(&t, &interval), Some(450.0));
+
+        // All three go with the path.
+        recorder.apply(ProbeEvent::RetainPeers(BTreeSet::new()));
+        let t = text(&metrics);
+        for family in [
+            "rdma_probe_path_interval_seconds{",
+            "rdma_probe_last_attempt_timestamp_seconds{",
+            "rdma_probe_consecutive_failures{",
+        ] {
+            assert!(!t.contains(family), "{t}");
+        }
     }
 
     #[test]
@@ -1488,10 +1671,7 @@ mod tests {
     fn a_responder_only_process_has_no_probe_families() {
         let text = Metrics::new().encode(Format::PrometheusText).unwrap();
         assert!(!text.contains("rdma_probe_config_reload_success"), "{text}");
-        assert!(
-            !text.contains("rdma_probe_burst_duration_seconds"),
-            "{text}"
-        );
+        assert!(!text.contains("rdma_probe_consecutive_failures"), "{text}");
     }
 
     #[test]
@@ -1560,7 +1740,7 @@ mod tests {
         let at = |s: u64| Duration::from_secs(1_700_000_000 + s);
         recorder.apply_at(
             ProbeEvent::SeriesBudget {
-                limit: 33,
+                limit: 45,
                 ttl: Duration::from_secs(600),
             },
             at(0),
@@ -1594,8 +1774,23 @@ mod tests {
             }),
             at(0),
         );
-        // A healthy path: 7 series of its own (success, 4 paced gauges, runs, last success), 4
-        // derived (message rate, setup, bytes, messages) and 2 of port traffic.
+        recorder.apply_at(
+            ProbeEvent::Intervals(
+                ["a", "b", "c", "d", "e"]
+                    .iter()
+                    .map(|p| {
+                        (
+                            ("mlx5_0".to_owned(), (*p).to_owned()),
+                            Duration::from_secs(60),
+                        )
+                    })
+                    .collect(),
+            ),
+            at(0),
+        );
+        // A healthy path: 10 series of its own (success, 4 paced gauges, runs, last success,
+        // interval, last attempt, consecutive failures), 4 derived (message rate, setup, bytes,
+        // messages) and 2 of port traffic.
         let healthy = || {
             let mut r = success(1e9);
             r.counters = vec![
@@ -1609,34 +1804,34 @@ mod tests {
             recorder.apply_at(ProbeEvent::completed(path(p), healthy()), at(1 + i as u64));
         }
         let t = text(&metrics);
-        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(26.0));
-        assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(33.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(32.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(45.0));
         assert!(
             !t.contains(r#"peer_info{peer="f"}"#),
             "only selected peers: {t}"
         );
         assert!(t.contains(r#"peer_info{peer="d"}"#), "{t}");
 
-        // c does not fit (39): the port traffic goes (22 + 11 = 33).
+        // c does not fit (48): the port traffic goes (28 + 14 = 42).
         recorder.apply_at(ProbeEvent::completed(path("c"), healthy()), at(3));
         let t = text(&metrics);
         assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
         assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
-        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(33.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(42.0));
         assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(1.0));
-        // d does not fit (44): the derived series go (3 × 7 + 7 = 28).
+        // d does not fit (56): the derived series go (4 × 10 = 40).
         recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(4));
         let t = text(&metrics);
         assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
         assert!(!t.contains("rdma_probe_bytes_total{"), "{t}");
         assert!(!t.contains("rdma_probe_setup_seconds{"), "{t}");
-        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(40.0));
         assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(2.0));
         assert_eq!(
             sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
             Some(0.0)
         );
-        // e does not fit (35): the oldest sampled path, c, goes; not a or b.
+        // e does not fit (50): the oldest sampled path, c, goes; not a or b.
         recorder.apply_at(ProbeEvent::completed(path("e"), healthy()), at(10));
         let t = text(&metrics);
         assert!(
@@ -1646,7 +1841,7 @@ mod tests {
         assert!(t.contains(r#"peer_info{peer="c"}"#), "c is still selected");
         assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="a""#));
         assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="e""#));
-        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(28.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(40.0));
         assert_eq!(
             sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
             Some(1.0)
@@ -1671,7 +1866,7 @@ mod tests {
             t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
             "{t}"
         );
-        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(14.0));
+        assert_eq!(sample(&t, "rdma_probe_path_series"), Some(20.0));
         assert_eq!(
             sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
             Some(1.0),
@@ -1803,21 +1998,26 @@ mod tests {
         recorder.apply(ProbeEvent::completed(path("node-b"), record.clone()));
         recorder.apply(ProbeEvent::completed(path("node-b"), record));
         let text = metrics.encode(Format::PrometheusText).unwrap();
-        let series = |side: &str, counter: &str| {
+        // Each series names the allowlist's kind of its counter: one name whatever the driver.
+        let series = |side: &str, counter: &str, kind: &str| {
             format!(
-                r#"rdma_probe_port_increase_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",counter="{counter}"}}"#
+                r#"rdma_probe_port_increase_total{{device="mlx5_0",peer="node-b",peer_device="mlx5_0",side="{side}",counter="{counter}",counter_kind="{kind}"}}"#
             )
         };
         assert_eq!(
-            sample(&text, &series("local", "completer_retry_err")),
-            Some(6.0)
+            sample(&text, &series("local", "completer_retry_err", "retransmit")),
+            Some(6.0),
+            "{text}"
         );
         assert_eq!(
-            sample(&text, &series("local", "retry_exceeded_err")),
+            sample(
+                &text,
+                &series("local", "retry_exceeded_err", "retry_exceeded")
+            ),
             Some(2.0)
         );
         assert_eq!(
-            sample(&text, &series("remote", "duplicate_request")),
+            sample(&text, &series("remote", "duplicate_request", "duplicate")),
             Some(4.0)
         );
         assert!(!text.contains("not_on_the_allowlist"), "{text}");

@@ -78,6 +78,59 @@ pub enum CounterKind {
     RcvPackets,
 }
 
+impl CounterKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [CounterKind; 20] = [
+        CounterKind::Retransmit,
+        CounterKind::AckTimeout,
+        CounterKind::RetryExceeded,
+        CounterKind::OutOfSequence,
+        CounterKind::SequenceNak,
+        CounterKind::Duplicate,
+        CounterKind::RnrNak,
+        CounterKind::EcnMarked,
+        CounterKind::CnpSent,
+        CounterKind::CnpReceived,
+        CounterKind::LinkDowned,
+        CounterKind::LinkErrorRecovery,
+        CounterKind::SymbolError,
+        CounterKind::ReceiveError,
+        CounterKind::Discard,
+        CounterKind::XmitWait,
+        CounterKind::XmitBytes,
+        CounterKind::RcvBytes,
+        CounterKind::XmitPackets,
+        CounterKind::RcvPackets,
+    ];
+
+    /// The `counter_kind` label value (snake_case, as the JSON output spells it): one name per
+    /// kind whatever the driver calls the counter (docs/metrics.md, "Port counters").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterKind::Retransmit => "retransmit",
+            CounterKind::AckTimeout => "ack_timeout",
+            CounterKind::RetryExceeded => "retry_exceeded",
+            CounterKind::OutOfSequence => "out_of_sequence",
+            CounterKind::SequenceNak => "sequence_nak",
+            CounterKind::Duplicate => "duplicate",
+            CounterKind::RnrNak => "rnr_nak",
+            CounterKind::EcnMarked => "ecn_marked",
+            CounterKind::CnpSent => "cnp_sent",
+            CounterKind::CnpReceived => "cnp_received",
+            CounterKind::LinkDowned => "link_downed",
+            CounterKind::LinkErrorRecovery => "link_error_recovery",
+            CounterKind::SymbolError => "symbol_error",
+            CounterKind::ReceiveError => "receive_error",
+            CounterKind::Discard => "discard",
+            CounterKind::XmitWait => "xmit_wait",
+            CounterKind::XmitBytes => "xmit_bytes",
+            CounterKind::RcvBytes => "rcv_bytes",
+            CounterKind::XmitPackets => "xmit_packets",
+            CounterKind::RcvPackets => "rcv_packets",
+        }
+    }
+}
+
 /// The unit of a counter's raw value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -329,6 +382,21 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+
+    #[test]
+    fn counter_kind_labels_are_the_json_names_and_every_kind_is_allowlisted() {
+        for kind in CounterKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json.as_str(), Some(kind.as_str()), "{kind:?}");
+            assert!(
+                ALLOWLIST.iter().any(|s| s.kind == kind),
+                "{kind:?} has no counter"
+            );
+        }
+        let labels: BTreeSet<&str> = CounterKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(labels.len(), CounterKind::ALL.len());
+        assert!(ALLOWLIST.iter().all(|s| CounterKind::ALL.contains(&s.kind)));
+    }
 
     #[test]
     fn entries_are_unique_per_source_and_labels_bounded() {

@@ -646,6 +646,24 @@ impl<K: ScheduleKey> Scheduler<K> {
         })
     }
 
+    /// The interval each path of `device` is planned at now, in key order: its plan's interval
+    /// times the device's stretch ([`PathStatus::effective_interval`]), before jitter. What
+    /// `rdma_probe_path_interval_seconds` shows (docs/metrics.md).
+    pub fn planned_intervals<Q>(&self, device: &Q) -> Vec<(&K, Duration)>
+    where
+        K::Device: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let Some(d) = self.devices.get(device) else {
+            return Vec::new();
+        };
+        let factor = stretch(d.demand(), self.config.duty_cycle);
+        d.paths
+            .iter()
+            .map(|(k, p)| (k, p.effective_interval(factor)))
+            .collect()
+    }
+
     /// Local devices known to the scheduler, in name order.
     pub fn devices(&self) -> impl Iterator<Item = &K::Device> {
         self.devices.keys()

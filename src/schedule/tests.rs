@@ -859,3 +859,52 @@ fn devices_are_scheduled_independently() {
         assert_eq!(of_device, alone, "{device}");
     }
 }
+
+#[test]
+fn planned_intervals_are_the_plans_with_the_selection_and_the_stretch() {
+    // 31 same-group paths every 60 s and 10 sampled ones a 10-minute round, 0.5 s bursts, 5%:
+    // fit_plans lengthens the same-group intervals so that both fit 90% of the budget, and a
+    // sampled path is planned once a round.
+    let round = s(600);
+    let mut selected: Vec<Selected> = (0..31)
+        .map(|i| Selected {
+            key: key("d", &format!("g{i}")),
+            role: Role::SameGroup,
+        })
+        .collect();
+    selected.extend((0..10).map(|i| Selected {
+        key: key("d", &format!("s{i}")),
+        role: Role::Sampled,
+    }));
+    let plans = fit_plans(
+        &selected,
+        |k| PathPlan::new(k.clone(), s(60)).with_expected_burst(ms(500)),
+        0.05,
+        round,
+        10,
+    );
+    let mut sc = sched(41);
+    sc.set_paths(plans, s(0)).unwrap();
+    let planned: std::collections::BTreeMap<&PathKey, Duration> =
+        sc.planned_intervals("d").into_iter().collect();
+    assert_eq!(planned.len(), 41);
+    // I_tor = 31 × 0.5 s / (4.5% − 10 × 0.5 s / 600 s) = 423.5 s (docs/scale.md, "Plans").
+    let same = planned[&key("d", "g0")].as_secs_f64();
+    assert!((same - 15.5 / (0.045 - 5.0 / 600.0)).abs() < 0.01, "{same}");
+    assert_eq!(planned[&key("d", "s3")], round);
+    for (k, interval) in &planned {
+        assert_eq!(sc.path_status(k).unwrap().effective_interval, *interval);
+    }
+    assert!(sc.planned_intervals("other").is_empty());
+
+    // Paths that do not fit the budget: every interval stretched alike, the planned ones too.
+    let mut sc = sched(43);
+    let plans = (0..20)
+        .map(|i| plan("d", &format!("p{i}"), s(60)).with_expected_burst(ms(500)))
+        .collect();
+    sc.set_paths(plans, s(0)).unwrap();
+    assert!(sc
+        .planned_intervals("d")
+        .iter()
+        .all(|(_, interval)| *interval == s(200)));
+}

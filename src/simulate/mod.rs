@@ -47,9 +47,8 @@ pub use report::{GapFigures, NodeFigures, Report, Summary};
 pub const BUSY_ANSWER: Duration = Duration::from_millis(1);
 
 /// Series of a node besides its paths' and its devices': build, process (7), config (2),
-/// node_info, the burst histogram (16 buckets, sum, count), responder sessions and
-/// verification, the series budget's own.
-pub const SERIES_PER_NODE: usize = 40;
+/// node_info, responder sessions and verification, the series budget's own.
+pub const SERIES_PER_NODE: usize = 22;
 /// Series per local device: port facts (6) and schedule figures (4).
 pub const SERIES_PER_DEVICE: usize = 10;
 
@@ -657,7 +656,7 @@ mod tests {
                 ..SelectionConfig::default()
             },
             series: SeriesModel {
-                per_path: 8,
+                per_path: 11,
                 unpaced_every: 24,
                 detail_per_path: 12,
                 derived_per_path: 4,

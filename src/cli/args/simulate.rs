@@ -78,9 +78,9 @@ pub struct SimulateArgs {
     pub series_ttl: Duration,
 
     /// Series of one path besides its port traffic and its derived series (a healthy path with
-    /// a busy deferral: success, the paced burst's bandwidth, min-window, gap and target gauges,
-    /// runs, last success, deferred).
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    /// a busy deferral: success, planned interval, last attempt, consecutive failures, the paced
+    /// burst's bandwidth, min-window, gap and target gauges, runs, last success, deferred).
+    #[arg(long, value_name = "N", default_value_t = 11)]
     pub series_per_path: usize,
 
     /// Series a path's first capacity burst (its `unpaced_every`-th probe) adds besides its

@@ -277,9 +277,15 @@ async fn paths_are_attempted_then_labelled_with_the_device_the_peer_answered_wit
     assert!(events
         .iter()
         .any(|e| matches!(e, ProbeEvent::ConfigLoaded { ok: true, .. })));
+    // A named peer's peer_info has its node name from the start: in the shared peers list a
+    // peer's name is its node name (docs/metrics.md, "Peer identity").
     assert!(events.iter().any(|e| matches!(e, ProbeEvent::Info(i)
-        if i.node == [("node".to_owned(), "node1".to_owned())]
-            && i.peers.contains(&vec![("peer".to_owned(), "node2".to_owned()), ("rack".to_owned(), "r2".to_owned())]))));
+    if i.node == [("node".to_owned(), "node1".to_owned())]
+        && i.peers.contains(&vec![
+            ("peer".to_owned(), "node2".to_owned()),
+            ("rack".to_owned(), "r2".to_owned()),
+            ("peer_node".to_owned(), "node2".to_owned()),
+        ]))));
     assert!(
         attempts(&events, "node1").is_empty() && completed(&events, "node1").is_empty(),
         "the node itself is never probed"
@@ -392,10 +398,10 @@ async fn sessions_stay_warm_only_when_the_next_probe_comes_before_the_responder_
     assert!(!kept.is_empty() && kept.iter().all(|k| !*k), "{kept:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
-    // Three peers with max_peers 1: the node's ToR (node2) and a sample of the other (node3).
-    let rotating = CONFIG
+/// Three peers with max_peers 1: the node's ToR (node2) and a sample of the other (node3 or
+/// node4).
+fn rotating() -> String {
+    CONFIG
         .replace(
             "schedule: {duty_cycle: 50%}",
             "schedule: {duty_cycle: 50%}\nselection: {max_peers: 1, sample: 1}",
@@ -415,9 +421,13 @@ async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
         .replace(
             "peers:\n",
             "peers:\n  - {name: node4, address: 192.0.2.14, labels: {tor: b}}\n",
-        );
+        )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_from_a_rotating_selection_to_the_full_mesh_keeps_probing() {
     let mut h = Harness::start("rotate").await;
-    h.reload(&rotating).await.expect("a good file is taken");
+    h.reload(&rotating()).await.expect("a good file is taken");
     let events = h.events_until(|e| !completed(e, "node2").is_empty()).await;
     let selection = events
         .iter()
@@ -621,4 +631,60 @@ async fn discovered_peers_are_probed_besides_the_configs_and_leave_with_their_se
             .any(|e| matches!(e, ProbeEvent::ConfigLoaded { .. })),
         "not a reload"
     );
+}
+
+/// The last interval the recorder was told for each (device, peer).
+fn intervals(events: &[ProbeEvent]) -> BTreeMap<(String, String), Duration> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        if let ProbeEvent::Intervals(told) = e {
+            out.extend(told.iter().cloned());
+        }
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_recorder_is_told_each_paths_planned_interval_sampled_paths_their_round() {
+    let mut h = Harness::start("intervals").await;
+    let events = h.events_until(|e| completed(e, "node2").len() >= 2).await;
+    let told = intervals(&events);
+    let path = |peer: &str| ("rxe0".to_owned(), peer.to_owned());
+    // The full mesh: the configured 10 s (two 100 ms bursts every 10 s fit 50%: no stretch).
+    assert_eq!(told.get(&path("node2")), Some(&Duration::from_secs(10)));
+    assert_eq!(told.get(&path("node3")), Some(&Duration::from_secs(10)));
+    assert_eq!(told.len(), 2, "{told:?}");
+    // Every result is followed by its device's intervals (the burst moved the stretch).
+    let mut events = events;
+    events.extend(
+        h.events_until(|e| e.iter().any(|e| matches!(e, ProbeEvent::Intervals(_))))
+            .await,
+    );
+    for (i, e) in events.iter().enumerate() {
+        if matches!(e, ProbeEvent::Completed(..)) {
+            let next = events[i + 1..]
+                .iter()
+                .find(|e| matches!(e, ProbeEvent::Completed(..) | ProbeEvent::Intervals(_)));
+            assert!(
+                matches!(next, Some(ProbeEvent::Intervals(_))),
+                "{:?}",
+                &events[i..]
+            );
+        }
+    }
+
+    // A rotating selection: the node's ToR keeps its interval, a sampled path is planned once a
+    // round (10 minutes by default).
+    h.reload(&rotating()).await.expect("a good file is taken");
+    let events = h
+        .events_until(|e| e.iter().any(|e| matches!(e, ProbeEvent::Intervals(_))))
+        .await;
+    let told = intervals(&events);
+    assert_eq!(told.get(&path("node2")), Some(&Duration::from_secs(10)));
+    let sampled: Vec<_> = told
+        .iter()
+        .filter(|((_, p), _)| p == "node3" || p == "node4")
+        .collect();
+    assert_eq!(sampled.len(), 1, "{told:?}");
+    assert_eq!(*sampled[0].1, crate::config::DEFAULT_ROUND);
 }

@@ -4,10 +4,18 @@
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
 #     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
-#     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike.
-# node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
+#     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike;
+#  5. the exporter's own cost, one exporter on node1 probing 10 paths (node2's responders on
+#     ports 18516..18525): scrape latency of BENCH_SCRAPES (default 200) scrapes with no burst
+#     running, then as many while bursts run back to back, same exporter; then its CPU per
+#     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 30;
+#     scripts/bench: 120, or 600 with --long) of its normal schedule (every path every 30 s), the
+#     NIC emulation's doorbell share taken out of the burst thread as in 4; RSS.
+# node2 serves (our responders, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
+SCRAPES=${BENCH_SCRAPES:-200}
+IDLE_SECONDS=${BENCH_IDLE_SECONDS:-30}
 (umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
@@ -18,6 +26,13 @@ case $LAB_NODE in
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
     responder=$!
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    # Nine more for the exporter's 10 paths in 5 (idle until then).
+    extra=()
+    for port in $(seq 18517 18525); do
+      $bin responder --listen "0.0.0.0:$port" --device rxe0 --psk-file /tmp/psk >"responder-$port.log" 2>&1 &
+      extra+=($!)
+    done
+    for port in $(seq 18517 18525); do lab_wait_listening "$port" || exit 1; done
     lab_signal responder-up
     round=0
     while :; do
@@ -34,6 +49,10 @@ case $LAB_NODE in
     done
     kill -TERM $responder; wait $responder
     lab_result responder_exit "$?"
+    kill -TERM "${extra[@]}"
+    failed=0
+    for pid in "${extra[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    lab_result extra_responders_failed "$failed"
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1
@@ -144,6 +163,147 @@ print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get
       echo "$pct%: $line"
       lab_result "cpu_$pct" "$line"
     done
+    echo "== 5. the exporter's own cost: 10 paths; scrapes idle and during bursts; CPU per thread"
+    url=http://127.0.0.1:9587
+    # exporter_config INTERVAL DUTY: node1's config, one path to each of node2's 10 responders.
+    # Bursts of 500 ms at 20 Mb/s (19 x 64 KiB), as docs/deploy.md's sizing measured. Written
+    # whole then renamed: the exporter reloads on a change of the file's content.
+    exporter_config() {
+      {
+        cat <<EOF
+node: node1
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1}
+schedule: {duty_cycle: $2}
+defaults:
+  interval: $1
+  message_size: 64KiB
+  burst: {duration: 500ms}
+  rate_limit: 20Mbps
+  unpaced_every: 0
+  qp_timeout: $QP_TIMEOUT
+  timeout: 10s
+peers:
+EOF
+        for port in $(seq 18516 18525); do echo "  - {name: node2-$port, address: $peer:$port}"; done
+      } >exporter.yaml.new && mv exporter.yaml.new exporter.yaml
+    }
+    # runs: every burst the exporter ran so far (every result).
+    runs() { curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_runs_total{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }
+    # scrapes FILE: SCRAPES scrapes of /metrics 50 ms apart, each one's time (curl's time_total)
+    # a line of FILE.
+    scrapes() {
+      local i
+      for i in $(seq "$SCRAPES"); do
+        curl -sS -o /dev/null --max-time 10 -w '%{time_total}\n' "$url/metrics" >>"$1"
+        sleep 0.05
+      done
+    }
+    # settled: true once no burst ran for 8 s.
+    settled() {
+      local before
+      before=$(runs); sleep 8; [ "$(runs)" = "$before" ]
+    }
+    # A fresh exporter with the doorbell shim (4): every path every 5 s, bursts back to back.
+    exporter_config 5s 100%
+    LD_PRELOAD="$LAB_DOORBELL_SO" DOORBELL_CPU_OUT="$PWD/exporter.nic" \
+      NODE_NAME=node1 $bin run --config exporter.yaml >exporter.log 2>&1 &
+    exporter=$!
+    all_up() { [ "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 10 ]; }
+    lab_wait_for "every path succeeded once" 300 all_up || exit 1
+    lab_result cost_paths "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{')"
+    # Idle: every path's interval to 1 h; each runs the probe it was already due for, then none.
+    exporter_config 1h 100%
+    lab_wait_for "no burst for 8 s after the interval went to 1 h" 120 settled || exit 1
+    before=$(runs)
+    scrapes scrape-idle.txt
+    lab_result scrape_idle_bursts $(($(runs) - before))
+    # During bursts: every path every 5 s again (a shorter interval pulls the next probe in).
+    exporter_config 5s 100%
+    again() { [ $(($(runs) - before)) -ge 2 ]; }
+    lab_wait_for "bursts running again" 60 again || exit 1
+    before=$(runs) t0=$(date +%s.%N)
+    scrapes scrape-bursts.txt
+    t1=$(date +%s.%N)
+    # The device's busy share while these scrapes ran: bursts x 500 ms / wall time.
+    bursts=$(($(runs) - before))
+    lab_result scrape_bursts_bursts "$bursts"
+    lab_result scrape_bursts_busy_share "$(awk -v n="$bursts" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", n * 0.5 / (b - a) }')"
+    # Nearest-rank percentiles of each phase's scrape times.
+    for phase in idle bursts; do
+      lab_result "scrape_$phase" "$(python3 -c '
+import math, sys
+v = sorted(float(x) for x in open(sys.argv[1]).read().split())
+p = lambda q: v[max(0, math.ceil(q * len(v)) - 1)] * 1e3
+print("n=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f" % (len(v), p(0.5), p(0.99), v[-1] * 1e3))' "scrape-$phase.txt")"
+    done
+    # Idle cost: the normal schedule (every path every 30 s, 25% duty cycle at most) for
+    # IDLE_SECONDS, after the 5 s phase's due probes ran.
+    exporter_config 30s 25%
+    sleep 12
+    # threads: "tid comm ticks" of every thread of the exporter (utime + stime; a thread that
+    # ends while it is read is left out).
+    threads() {
+      local t comm ticks
+      for t in /proc/$exporter/task/*; do
+        comm=$(cat "$t/comm" 2>/dev/null) && ticks=$(awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null) &&
+          [ -n "$ticks" ] && echo "${t##*/} $comm $ticks"
+      done
+    }
+    threads >threads-start.txt
+    cpu0=$(awk '{ print $14 + $15 }' /proc/$exporter/stat) runs0=$(runs) t0=$(date +%s.%N)
+    sleep "$IDLE_SECONDS"
+    threads >threads-end.txt
+    cpu1=$(awk '{ print $14 + $15 }' /proc/$exporter/stat) runs1=$(runs) t1=$(date +%s.%N)
+    lab_result idle_rss_kib "$(awk '/^VmRSS/ { print $2 }' /proc/$exporter/status)"
+    lab_result idle_hwm_kib "$(awk '/^VmHWM/ { print $2 }' /proc/$exporter/status)"
+    lab_result idle_life_bursts "$runs1"
+    lab_result idle_bursts $((runs1 - runs0))
+    lab_result idle_wall_seconds "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')"
+    lab_result idle_failures "$(curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_errors_total{") == 1 { s += $2 } END { printf "%.0f\n", s }')"
+    # Per thread (CPU ticks): the burst thread, the runtime's workers (its first threads: the
+    # runtime starts min(CPUs, 4) before anything else runs), the blocking pool (the runtime's
+    # later threads) with the threads that ended in the window (the process total less every
+    # thread alive at both ends), the main thread, and anything else.
+    workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
+    lab_result idle_threads "$(python3 - "$exporter" "$workers" "$cpu0" "$cpu1" "$(getconf CLK_TCK)" <<'PY'
+import sys
+pid, workers, cpu0, cpu1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def read(name):
+    rows = {}
+    for line in open(name):
+        tid, rest = line.split(" ", 1)
+        comm, ticks = rest.rsplit(" ", 1)
+        rows[int(tid)] = (comm, int(ticks))
+    return rows
+start, end = read("threads-start.txt"), read("threads-end.txt")
+runtime = sorted(t for t, (c, _) in end.items() if c.startswith("rdma-probe-asy") and t in start)
+first = set(sorted(t for t, (c, _) in start.items() if c.startswith("rdma-probe-asy"))[:workers])
+cls = {"burst": 0, "workers": 0, "blocking": 0, "main": 0, "other": 0}
+alive = 0
+for t, (comm, ticks) in end.items():
+    if t not in start:
+        continue
+    d = ticks - start[t][1]
+    alive += d
+    if comm == "rdma-burst":
+        cls["burst"] += d
+    elif t == int(pid):
+        cls["main"] += d
+    elif t in first:
+        cls["workers"] += d
+    elif comm.startswith("rdma-probe-asy"):
+        cls["blocking"] += d
+    else:
+        cls["other"] += d
+cls["blocking"] += (cpu1 - cpu0) - alive
+print(" ".join(f"{k}={v / hz:.2f}" for k, v in cls.items()) + f" total={(cpu1 - cpu0) / hz:.2f}")
+PY
+)"
+    kill -TERM "$exporter"; wait "$exporter"
+    lab_result cost_exporter_exit "$?"
+    lab_result idle_doorbells "$(cat exporter.nic 2>/dev/null || echo "0 0")"
     touch ours-failed-tries
     lab_result ours_failed_tries "$(wc -l <ours-failed-tries)"
     lab_result ours_failures "$(grep -L '"error":null' ./*.json | wc -l)"

@@ -6,7 +6,7 @@
 #     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
 #     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike;
 #  5. the exporter's own cost, one exporter on node1 probing 10 paths (node2's responders on
-#     ports 18516..18525): scrape latency of BENCH_SCRAPES (default 200) scrapes with no burst
+#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 200) scrapes with no burst
 #     running, then as many while bursts run back to back, same exporter; then its CPU per
 #     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 30;
 #     scripts/bench: 120, or 600 with --long) of its normal schedule (every path every 30 s), the
@@ -166,8 +166,11 @@ print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get
     echo "== 5. the exporter's own cost: 10 paths; scrapes idle and during bursts; CPU per thread"
     url=http://127.0.0.1:9587
     # exporter_config INTERVAL DUTY: node1's config, one path to each of node2's 10 responders.
-    # Bursts of 500 ms at 20 Mb/s (19 x 64 KiB), as docs/deploy.md's sizing measured. Written
-    # whole then renamed: the exporter reloads on a change of the file's content.
+    # Bursts of 500 ms at 20 Mb/s (19 x 64 KiB), as docs/deploy.md's sizing measured, or at a
+    # quarter of the link measured in 1 where that is less (a loaded machine's emulated link can
+    # be 20 Mb/s). Written whole then renamed: the exporter reloads on a change of the content.
+    rate=$(awk -v l="$link" 'BEGIN { m = l * 1000 / 4; m = (m > 20 ? 20 : m); printf "%.1f", (m < 1 ? 1 : m) }')
+    lab_result cost_rate_mbps "$rate"
     exporter_config() {
       {
         cat <<EOF
@@ -180,7 +183,7 @@ defaults:
   interval: $1
   message_size: 64KiB
   burst: {duration: 500ms}
-  rate_limit: 20Mbps
+  rate_limit: ${rate}Mbps
   unpaced_every: 0
   qp_timeout: $QP_TIMEOUT
   timeout: 10s
@@ -191,14 +194,26 @@ EOF
     }
     # runs: every burst the exporter ran so far (every result).
     runs() { curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_runs_total{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }
-    # scrapes FILE: SCRAPES scrapes of /metrics 50 ms apart, each one's time (curl's time_total)
-    # a line of FILE.
+    # scrapes FILE: SCRAPES scrapes of /metrics 50 ms apart, each on a new connection (as curl
+    # would), each one's time from connect to the last byte a line of FILE. One process for all
+    # of them: starting a process costs the emulated guest more than a scrape.
     scrapes() {
-      local i
-      for i in $(seq "$SCRAPES"); do
-        curl -sS -o /dev/null --max-time 10 -w '%{time_total}\n' "$url/metrics" >>"$1"
-        sleep 0.05
-      done
+      python3 - "$SCRAPES" "$1" <<'PY'
+import http.client, sys, time
+n, out = int(sys.argv[1]), sys.argv[2]
+with open(out, "a") as f:
+    for _ in range(n):
+        start = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", 9587, timeout=10)
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read()
+        took = time.perf_counter() - start
+        conn.close()
+        if not body:
+            sys.exit("an empty scrape")
+        f.write(f"{took:.6f}\n")
+        time.sleep(0.05)
+PY
     }
     # settled: true once no burst ran for 8 s.
     settled() {
@@ -216,6 +231,79 @@ EOF
     # Idle: every path's interval to 1 h; each runs the probe it was already due for, then none.
     exporter_config 1h 100%
     lab_wait_for "no burst for 8 s after the interval went to 1 h" 120 settled || exit 1
+    # snapshot FILE: the exporter's CPU at one moment, "tid comm ticks" a thread (utime + stime;
+    # a thread that ends while it is read is left out), "0 process ticks" for the whole process
+    # (ended threads included), "-1 wall SECONDS". One process reads it all, at once.
+    snapshot() {
+      python3 - "$exporter" >"$1" <<'PY'
+import os, sys, time
+pid = sys.argv[1]
+def ticks(path):
+    f = open(path).read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+print(f"-1 wall {time.time():.3f}")
+print(f"0 process {ticks(f'/proc/{pid}/stat')}")
+for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+        print(f"{tid} {comm} {ticks(f'/proc/{pid}/task/{tid}/stat')}")
+    except (OSError, IndexError, ValueError):
+        pass
+PY
+    }
+    # cpu_window NAME SECONDS: the exporter's CPU over SECONDS, per thread, as NAME_threads (s):
+    # the burst thread, the runtime's workers (its first threads: the runtime starts min(CPUs, 4)
+    # before anything else runs), the blocking pool (the runtime's later threads) with the
+    # threads that ended in the window (the process total less every thread alive at both ends),
+    # the main thread, anything else; and NAME_wall_seconds, NAME_bursts (counted by scrapes
+    # outside the window, so that their rendering is not in it).
+    cpu_window() {
+      local name=$1 seconds=$2 runs0 runs1 workers
+      runs0=$(runs)
+      snapshot "cpu-$name-start.txt"
+      sleep "$seconds"
+      snapshot "cpu-$name-end.txt"
+      runs1=$(runs)
+      lab_result "${name}_bursts" $((runs1 - runs0))
+      workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
+      python3 - "$exporter" "$workers" "$(getconf CLK_TCK)" "cpu-$name-start.txt" "cpu-$name-end.txt" "$name" >>"$LAB_DIR/results" <<'PY'
+import sys
+pid, workers, hz, name = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[6]
+def read(path):
+    rows = {}
+    for line in open(path):
+        tid, rest = line.split(" ", 1)
+        comm, value = rest.rsplit(" ", 1)
+        rows[int(tid)] = (comm, float(value))
+    return rows
+start, end = read(sys.argv[4]), read(sys.argv[5])
+first = set(sorted(t for t, (c, _) in start.items() if t > 0 and c.startswith("rdma-probe-asy"))[:workers])
+cls = {"burst": 0, "workers": 0, "blocking": 0, "main": 0, "other": 0}
+alive = 0
+for t, (comm, ticks) in end.items():
+    if t <= 0 or t not in start:
+        continue
+    d = ticks - start[t][1]
+    alive += d
+    if comm == "rdma-burst":
+        cls["burst"] += d
+    elif t == pid:
+        cls["main"] += d
+    elif t in first:
+        cls["workers"] += d
+    elif comm.startswith("rdma-probe-asy"):
+        cls["blocking"] += d
+    else:
+        cls["other"] += d
+total = end[0][1] - start[0][1]
+cls["blocking"] += total - alive
+print(f"{name}_wall_seconds={end[-1][1] - start[-1][1]:.1f}")
+print(f"{name}_threads=" + " ".join(f"{k}={v / hz:.2f}" for k, v in cls.items()) + f" total={total / hz:.2f}")
+PY
+    }
+    # Quiet: no burst due (every interval 1 h), nothing scraping: what the exporter costs doing
+    # nothing but keeping its 10 paths (timers, sysfs port facts, readiness).
+    cpu_window quiet "$IDLE_SECONDS"
     before=$(runs)
     scrapes scrape-idle.txt
     lab_result scrape_idle_bursts $(($(runs) - before))
@@ -242,65 +330,11 @@ print("n=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f" % (len(v), p(0.5), p(0.99), v[-
     # IDLE_SECONDS, after the 5 s phase's due probes ran.
     exporter_config 30s 25%
     sleep 12
-    # threads: "tid comm ticks" of every thread of the exporter (utime + stime; a thread that
-    # ends while it is read is left out).
-    threads() {
-      local t comm ticks
-      for t in /proc/$exporter/task/*; do
-        comm=$(cat "$t/comm" 2>/dev/null) && ticks=$(awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null) &&
-          [ -n "$ticks" ] && echo "${t##*/} $comm $ticks"
-      done
-    }
-    threads >threads-start.txt
-    cpu0=$(awk '{ print $14 + $15 }' /proc/$exporter/stat) runs0=$(runs) t0=$(date +%s.%N)
-    sleep "$IDLE_SECONDS"
-    threads >threads-end.txt
-    cpu1=$(awk '{ print $14 + $15 }' /proc/$exporter/stat) runs1=$(runs) t1=$(date +%s.%N)
+    cpu_window idle "$IDLE_SECONDS"
     lab_result idle_rss_kib "$(awk '/^VmRSS/ { print $2 }' /proc/$exporter/status)"
     lab_result idle_hwm_kib "$(awk '/^VmHWM/ { print $2 }' /proc/$exporter/status)"
-    lab_result idle_life_bursts "$runs1"
-    lab_result idle_bursts $((runs1 - runs0))
-    lab_result idle_wall_seconds "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')"
+    lab_result idle_life_bursts "$(runs)"
     lab_result idle_failures "$(curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_errors_total{") == 1 { s += $2 } END { printf "%.0f\n", s }')"
-    # Per thread (CPU ticks): the burst thread, the runtime's workers (its first threads: the
-    # runtime starts min(CPUs, 4) before anything else runs), the blocking pool (the runtime's
-    # later threads) with the threads that ended in the window (the process total less every
-    # thread alive at both ends), the main thread, and anything else.
-    workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
-    lab_result idle_threads "$(python3 - "$exporter" "$workers" "$cpu0" "$cpu1" "$(getconf CLK_TCK)" <<'PY'
-import sys
-pid, workers, cpu0, cpu1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-def read(name):
-    rows = {}
-    for line in open(name):
-        tid, rest = line.split(" ", 1)
-        comm, ticks = rest.rsplit(" ", 1)
-        rows[int(tid)] = (comm, int(ticks))
-    return rows
-start, end = read("threads-start.txt"), read("threads-end.txt")
-runtime = sorted(t for t, (c, _) in end.items() if c.startswith("rdma-probe-asy") and t in start)
-first = set(sorted(t for t, (c, _) in start.items() if c.startswith("rdma-probe-asy"))[:workers])
-cls = {"burst": 0, "workers": 0, "blocking": 0, "main": 0, "other": 0}
-alive = 0
-for t, (comm, ticks) in end.items():
-    if t not in start:
-        continue
-    d = ticks - start[t][1]
-    alive += d
-    if comm == "rdma-burst":
-        cls["burst"] += d
-    elif t == int(pid):
-        cls["main"] += d
-    elif t in first:
-        cls["workers"] += d
-    elif comm.startswith("rdma-probe-asy"):
-        cls["blocking"] += d
-    else:
-        cls["other"] += d
-cls["blocking"] += (cpu1 - cpu0) - alive
-print(" ".join(f"{k}={v / hz:.2f}" for k, v in cls.items()) + f" total={(cpu1 - cpu0) / hz:.2f}")
-PY
-)"
     kill -TERM "$exporter"; wait "$exporter"
     lab_result cost_exporter_exit "$?"
     lab_result idle_doorbells "$(cat exporter.nic 2>/dev/null || echo "0 0")"

@@ -115,8 +115,9 @@ fn number(results: &BTreeMap<String, String>, key: &str) -> f64 {
 }
 
 /// Section 5 measured what it says: 10 paths up, both scrape phases complete, none of the idle
-/// scrapes beside a burst and bursts beside the others, the idle window with bursts in it, every
-/// thread class and the doorbell shim's count present, the exporter stopped cleanly.
+/// scrapes beside a burst and bursts beside the others, no burst in the quiet window and bursts
+/// in the idle one, every thread class of both and the doorbell shim's count present, the
+/// exporter stopped cleanly.
 fn assert_exporter_cost(results: &BTreeMap<String, String>) {
     assert_eq!(results.get("cost_paths").map(String::as_str), Some("10"));
     for phase in ["scrape_idle", "scrape_bursts"] {
@@ -135,12 +136,22 @@ fn assert_exporter_cost(results: &BTreeMap<String, String>) {
         number(results, "scrape_bursts_bursts") >= 1.0,
         "{results:?}"
     );
+    // The quiet window had no burst, the idle window (the normal schedule) had some.
+    assert_eq!(number(results, "quiet_bursts"), 0.0, "{results:?}");
     assert!(number(results, "idle_bursts") >= 1.0, "{results:?}");
-    assert!(number(results, "idle_wall_seconds") > 0.0, "{results:?}");
     assert!(number(results, "idle_rss_kib") > 0.0, "{results:?}");
-    let threads = fields(&results["idle_threads"]);
-    for class in ["burst", "workers", "blocking", "main", "other", "total"] {
-        assert!(threads.contains_key(class), "no {class}: {threads:?}");
+    for window in ["quiet", "idle"] {
+        assert!(
+            number(results, &format!("{window}_wall_seconds")) > 0.0,
+            "{results:?}"
+        );
+        let threads = fields(&results[&format!("{window}_threads")]);
+        for class in ["burst", "workers", "blocking", "main", "other", "total"] {
+            assert!(
+                threads.contains_key(class),
+                "{window}: no {class}: {threads:?}"
+            );
+        }
     }
     // The shim saw the exporter's doorbells: "cpu_seconds writes", writes at least one per
     // message of the bursts it ran.
@@ -174,6 +185,12 @@ fn the_exporter_cost_check_refuses_idle_scrapes_beside_a_burst() {
         ),
         ("scrape_idle_bursts", "0"),
         ("scrape_bursts_bursts", "9"),
+        ("quiet_bursts", "0"),
+        ("quiet_wall_seconds", "30.0"),
+        (
+            "quiet_threads",
+            "burst=0.00 workers=0.02 blocking=0.00 main=0.00 other=0.00 total=0.02",
+        ),
         ("idle_bursts", "10"),
         ("idle_wall_seconds", "30.0"),
         ("idle_rss_kib", "20000"),
@@ -192,6 +209,7 @@ fn the_exporter_cost_check_refuses_idle_scrapes_beside_a_burst() {
     for (key, bad) in [
         ("scrape_idle_bursts", "1"),
         ("scrape_bursts_bursts", "0"),
+        ("quiet_bursts", "2"),
         ("cost_paths", "9"),
         (
             "scrape_idle",

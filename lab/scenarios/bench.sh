@@ -4,10 +4,18 @@
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
 #     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
-#     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike.
-# node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
+#     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike;
+#  5. the exporter's own cost, one exporter on node1 probing 10 paths (node2's responders on
+#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 200) scrapes with no burst
+#     running, then as many while bursts run back to back, same exporter; then its CPU per
+#     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 30;
+#     scripts/bench: 120, or 600 with --long) of its normal schedule (every path every 30 s), the
+#     NIC emulation's doorbell share taken out of the burst thread as in 4; RSS.
+# node2 serves (our responders, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
+SCRAPES=${BENCH_SCRAPES:-200}
+IDLE_SECONDS=${BENCH_IDLE_SECONDS:-30}
 (umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
@@ -18,6 +26,13 @@ case $LAB_NODE in
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
     responder=$!
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
+    # Nine more for the exporter's 10 paths in 5 (idle until then).
+    extra=()
+    for port in $(seq 18517 18525); do
+      $bin responder --listen "0.0.0.0:$port" --device rxe0 --psk-file /tmp/psk >"responder-$port.log" 2>&1 &
+      extra+=($!)
+    done
+    for port in $(seq 18517 18525); do lab_wait_listening "$port" || exit 1; done
     lab_signal responder-up
     round=0
     while :; do
@@ -34,6 +49,10 @@ case $LAB_NODE in
     done
     kill -TERM $responder; wait $responder
     lab_result responder_exit "$?"
+    kill -TERM "${extra[@]}"
+    failed=0
+    for pid in "${extra[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    lab_result extra_responders_failed "$failed"
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1
@@ -144,6 +163,181 @@ print(" ".join("%.3fms" % (l["burst_start_seconds"]*1e3) for l in lines if l.get
       echo "$pct%: $line"
       lab_result "cpu_$pct" "$line"
     done
+    echo "== 5. the exporter's own cost: 10 paths; scrapes idle and during bursts; CPU per thread"
+    url=http://127.0.0.1:9587
+    # exporter_config INTERVAL DUTY: node1's config, one path to each of node2's 10 responders.
+    # Bursts of 500 ms at 20 Mb/s (19 x 64 KiB), as docs/deploy.md's sizing measured, or at a
+    # quarter of the link measured in 1 where that is less (a loaded machine's emulated link can
+    # be 20 Mb/s). Written whole then renamed: the exporter reloads on a change of the content.
+    rate=$(awk -v l="$link" 'BEGIN { m = l * 1000 / 4; m = (m > 20 ? 20 : m); printf "%.1f", (m < 1 ? 1 : m) }')
+    lab_result cost_rate_mbps "$rate"
+    exporter_config() {
+      {
+        cat <<EOF
+node: node1
+auth: {psk_file: /tmp/psk}
+devices:
+  - {name: rxe0, port: 1}
+schedule: {duty_cycle: $2}
+defaults:
+  interval: $1
+  message_size: 64KiB
+  burst: {duration: 500ms}
+  rate_limit: ${rate}Mbps
+  unpaced_every: 0
+  qp_timeout: $QP_TIMEOUT
+  timeout: 10s
+peers:
+EOF
+        for port in $(seq 18516 18525); do echo "  - {name: node2-$port, address: $peer:$port}"; done
+      } >exporter.yaml.new && mv exporter.yaml.new exporter.yaml
+    }
+    # runs: every burst the exporter ran so far (every result).
+    runs() { curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_runs_total{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }
+    # scrapes FILE: SCRAPES scrapes of /metrics 50 ms apart, each on a new connection (as curl
+    # would), each one's time from connect to the last byte a line of FILE. One process for all
+    # of them: starting a process costs the emulated guest more than a scrape.
+    scrapes() {
+      python3 - "$SCRAPES" "$1" <<'PY'
+import http.client, sys, time
+n, out = int(sys.argv[1]), sys.argv[2]
+with open(out, "a") as f:
+    for _ in range(n):
+        start = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", 9587, timeout=10)
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read()
+        took = time.perf_counter() - start
+        conn.close()
+        if not body:
+            sys.exit("an empty scrape")
+        f.write(f"{took:.6f}\n")
+        time.sleep(0.05)
+PY
+    }
+    # settled: true once no burst ran for 8 s.
+    settled() {
+      local before
+      before=$(runs); sleep 8; [ "$(runs)" = "$before" ]
+    }
+    # A fresh exporter with the doorbell shim (4): every path every 5 s, bursts back to back.
+    exporter_config 5s 100%
+    LD_PRELOAD="$LAB_DOORBELL_SO" DOORBELL_CPU_OUT="$PWD/exporter.nic" \
+      NODE_NAME=node1 $bin run --config exporter.yaml >exporter.log 2>&1 &
+    exporter=$!
+    all_up() { [ "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 10 ]; }
+    lab_wait_for "every path succeeded once" 300 all_up || exit 1
+    lab_result cost_paths "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{')"
+    # Idle: every path's interval to 1 h; each runs the probe it was already due for, then none.
+    exporter_config 1h 100%
+    lab_wait_for "no burst for 8 s after the interval went to 1 h" 120 settled || exit 1
+    # snapshot FILE: the exporter's CPU at one moment, "tid comm ticks" a thread (utime + stime;
+    # a thread that ends while it is read is left out), "0 process ticks" for the whole process
+    # (ended threads included), "-1 wall SECONDS". One process reads it all, at once.
+    snapshot() {
+      python3 - "$exporter" >"$1" <<'PY'
+import os, sys, time
+pid = sys.argv[1]
+def ticks(path):
+    f = open(path).read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+print(f"-1 wall {time.time():.3f}")
+print(f"0 process {ticks(f'/proc/{pid}/stat')}")
+for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+        print(f"{tid} {comm} {ticks(f'/proc/{pid}/task/{tid}/stat')}")
+    except (OSError, IndexError, ValueError):
+        pass
+PY
+    }
+    # cpu_window NAME SECONDS: the exporter's CPU over SECONDS, per thread, as NAME_threads (s):
+    # the burst thread, the runtime's workers (its first threads: the runtime starts min(CPUs, 4)
+    # before anything else runs), the blocking pool (the runtime's later threads) with the
+    # threads that ended in the window (the process total less every thread alive at both ends),
+    # the main thread, anything else; and NAME_wall_seconds, NAME_bursts (counted by scrapes
+    # outside the window, so that their rendering is not in it).
+    cpu_window() {
+      local name=$1 seconds=$2 runs0 runs1 workers
+      runs0=$(runs)
+      snapshot "cpu-$name-start.txt"
+      sleep "$seconds"
+      snapshot "cpu-$name-end.txt"
+      runs1=$(runs)
+      lab_result "${name}_bursts" $((runs1 - runs0))
+      workers=$(nproc); [ "$workers" -gt 4 ] && workers=4
+      python3 - "$exporter" "$workers" "$(getconf CLK_TCK)" "cpu-$name-start.txt" "cpu-$name-end.txt" "$name" >>"$LAB_DIR/results" <<'PY'
+import sys
+pid, workers, hz, name = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[6]
+def read(path):
+    rows = {}
+    for line in open(path):
+        tid, rest = line.split(" ", 1)
+        comm, value = rest.rsplit(" ", 1)
+        rows[int(tid)] = (comm, float(value))
+    return rows
+start, end = read(sys.argv[4]), read(sys.argv[5])
+first = set(sorted(t for t, (c, _) in start.items() if t > 0 and c.startswith("rdma-probe-asy"))[:workers])
+cls = {"burst": 0, "workers": 0, "blocking": 0, "main": 0, "other": 0}
+alive = 0
+for t, (comm, ticks) in end.items():
+    if t <= 0 or t not in start:
+        continue
+    d = ticks - start[t][1]
+    alive += d
+    if comm == "rdma-burst":
+        cls["burst"] += d
+    elif t == pid:
+        cls["main"] += d
+    elif t in first:
+        cls["workers"] += d
+    elif comm.startswith("rdma-probe-asy"):
+        cls["blocking"] += d
+    else:
+        cls["other"] += d
+total = end[0][1] - start[0][1]
+cls["blocking"] += total - alive
+print(f"{name}_wall_seconds={end[-1][1] - start[-1][1]:.1f}")
+print(f"{name}_threads=" + " ".join(f"{k}={v / hz:.2f}" for k, v in cls.items()) + f" total={total / hz:.2f}")
+PY
+    }
+    # Quiet: no burst due (every interval 1 h), nothing scraping: what the exporter costs doing
+    # nothing but keeping its 10 paths (timers, sysfs port facts, readiness).
+    cpu_window quiet "$IDLE_SECONDS"
+    before=$(runs)
+    scrapes scrape-idle.txt
+    lab_result scrape_idle_bursts $(($(runs) - before))
+    # During bursts: every path every 5 s again (a shorter interval pulls the next probe in).
+    exporter_config 5s 100%
+    again() { [ $(($(runs) - before)) -ge 2 ]; }
+    lab_wait_for "bursts running again" 60 again || exit 1
+    before=$(runs) t0=$(date +%s.%N)
+    scrapes scrape-bursts.txt
+    t1=$(date +%s.%N)
+    # The device's busy share while these scrapes ran: bursts x 500 ms / wall time.
+    bursts=$(($(runs) - before))
+    lab_result scrape_bursts_bursts "$bursts"
+    lab_result scrape_bursts_busy_share "$(awk -v n="$bursts" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", n * 0.5 / (b - a) }')"
+    # Nearest-rank percentiles of each phase's scrape times.
+    for phase in idle bursts; do
+      lab_result "scrape_$phase" "$(python3 -c '
+import math, sys
+v = sorted(float(x) for x in open(sys.argv[1]).read().split())
+p = lambda q: v[max(0, math.ceil(q * len(v)) - 1)] * 1e3
+print("n=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f" % (len(v), p(0.5), p(0.99), v[-1] * 1e3))' "scrape-$phase.txt")"
+    done
+    # Idle cost: the normal schedule (every path every 30 s, 25% duty cycle at most) for
+    # IDLE_SECONDS, after the 5 s phase's due probes ran.
+    exporter_config 30s 25%
+    sleep 12
+    cpu_window idle "$IDLE_SECONDS"
+    lab_result idle_rss_kib "$(awk '/^VmRSS/ { print $2 }' /proc/$exporter/status)"
+    lab_result idle_hwm_kib "$(awk '/^VmHWM/ { print $2 }' /proc/$exporter/status)"
+    lab_result idle_life_bursts "$(runs)"
+    lab_result idle_failures "$(curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_errors_total{") == 1 { s += $2 } END { printf "%.0f\n", s }')"
+    kill -TERM "$exporter"; wait "$exporter"
+    lab_result cost_exporter_exit "$?"
+    lab_result idle_doorbells "$(cat exporter.nic 2>/dev/null || echo "0 0")"
     touch ours-failed-tries
     lab_result ours_failed_tries "$(wc -l <ours-failed-tries)"
     lab_result ours_failures "$(grep -L '"error":null' ./*.json | wc -l)"

@@ -1,8 +1,11 @@
 //! The lab benchmark (lab/scenarios/bench.sh): prints figures measured side by side in one run —
 //! our probe vs stock ib_write_bw on the same link, achieved vs limit, warm-session start, CPU
-//! at the same software rate limit. It asserts that every figure was produced and that our probe
-//! did not stall (one failed try in the run at most, rerun once): speed goals live in the
-//! printed ratios, not in timed assertions (the lab is noisy).
+//! at the same software rate limit, and the exporter's own cost (scrape latency idle and during
+//! bursts, CPU per thread, RSS). This is the short form of `scripts/bench`'s lab part: it asserts
+//! that every figure was produced from what it says it measures (both sides of every ratio, no
+//! burst during the idle scrapes, bursts during the others, 10 paths) and that our probe did not
+//! stall (one failed try in the run at most, rerun once): speed goals live in the printed
+//! ratios, not in timed assertions (the lab is noisy).
 
 use std::collections::BTreeMap;
 
@@ -60,7 +63,8 @@ fn failed_tries_beyond_one_fail_the_benchmark() {
 #[test]
 fn benchmark_prints_side_by_side_figures() {
     let bin = std::path::Path::new("target/release/rdma-probe-exporter");
-    let run = support::run("bench", 2, "bench.sh", &[bin], 900);
+    // Sections 1-4 took 13 minutes on the loaded 2-core machine, section 5 adds about 4.
+    let run = support::run("bench", 2, "bench.sh", &[bin], 1500);
     run.assert_success();
     let results = run.results("node1");
     eprintln!("---- benchmark ----\n{}", run.log("node1"));
@@ -83,6 +87,8 @@ fn benchmark_prints_side_by_side_figures() {
     // stall under emulation, not for a probe that stalls often.
     assert_within_failed_tries(&results, &run.file("node1", "ours-failed-tries"));
     run.assert_result("node2", "responder_exit", "0");
+    run.assert_result("node2", "extra_responders_failed", "0");
+    assert_exporter_cost(&results);
     // The doorbell shim saw every post of both tools (one uverbs write per message on
     // Soft-RoCE), so the CPU figures without the NIC emulation rest on a real measurement.
     for key in ["cpu_25", "cpu_50"] {
@@ -92,5 +98,132 @@ fn benchmark_prints_side_by_side_figures() {
             .filter_map(|part| part.rsplit(' ').next())
             .collect();
         assert_eq!(counts[..2], ["500", "500"], "{key}={line}");
+    }
+}
+
+/// `key=value` fields of a result line.
+fn fields(line: &str) -> BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .collect()
+}
+
+fn number(results: &BTreeMap<String, String>, key: &str) -> f64 {
+    results
+        .get(key)
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no number {key}: {results:?}"))
+}
+
+/// Section 5 measured what it says: 10 paths up, both scrape phases complete, none of the idle
+/// scrapes beside a burst and bursts beside the others, no burst in the quiet window and bursts
+/// in the idle one, every thread class of both and the doorbell shim's count present, the
+/// exporter stopped cleanly.
+fn assert_exporter_cost(results: &BTreeMap<String, String>) {
+    assert_eq!(results.get("cost_paths").map(String::as_str), Some("10"));
+    for phase in ["scrape_idle", "scrape_bursts"] {
+        let line = results
+            .get(phase)
+            .unwrap_or_else(|| panic!("no {phase}: {results:?}"));
+        let f = fields(line);
+        assert_eq!(f.get("n"), Some(&"200"), "{phase}={line}");
+        for key in ["p50_ms", "p99_ms", "max_ms"] {
+            let v: f64 = f[key].parse().unwrap_or(0.0);
+            assert!(v > 0.0, "{phase}={line}");
+        }
+    }
+    assert_eq!(number(results, "scrape_idle_bursts"), 0.0, "{results:?}");
+    assert!(
+        number(results, "scrape_bursts_bursts") >= 1.0,
+        "{results:?}"
+    );
+    // The quiet window had no burst, the idle window (the normal schedule) had some.
+    assert_eq!(number(results, "quiet_bursts"), 0.0, "{results:?}");
+    assert!(number(results, "idle_bursts") >= 1.0, "{results:?}");
+    assert!(number(results, "idle_rss_kib") > 0.0, "{results:?}");
+    for window in ["quiet", "idle"] {
+        assert!(
+            number(results, &format!("{window}_wall_seconds")) > 0.0,
+            "{results:?}"
+        );
+        let threads = fields(&results[&format!("{window}_threads")]);
+        for class in ["burst", "workers", "blocking", "main", "other", "total"] {
+            assert!(
+                threads.contains_key(class),
+                "{window}: no {class}: {threads:?}"
+            );
+        }
+    }
+    // The shim saw the exporter's doorbells: "cpu_seconds writes", writes at least one per
+    // message of the bursts it ran.
+    let doorbells = &results["idle_doorbells"];
+    let writes: f64 = doorbells
+        .split_whitespace()
+        .nth(1)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        writes >= number(results, "idle_life_bursts"),
+        "idle_doorbells={doorbells}"
+    );
+    assert_eq!(
+        results.get("cost_exporter_exit").map(String::as_str),
+        Some("0")
+    );
+}
+
+#[test]
+fn the_exporter_cost_check_refuses_idle_scrapes_beside_a_burst() {
+    let good: BTreeMap<String, String> = [
+        ("cost_paths", "10"),
+        (
+            "scrape_idle",
+            "n=200 p50_ms=10.00 p99_ms=20.00 max_ms=30.00",
+        ),
+        (
+            "scrape_bursts",
+            "n=200 p50_ms=11.00 p99_ms=25.00 max_ms=40.00",
+        ),
+        ("scrape_idle_bursts", "0"),
+        ("scrape_bursts_bursts", "9"),
+        ("quiet_bursts", "0"),
+        ("quiet_wall_seconds", "30.0"),
+        (
+            "quiet_threads",
+            "burst=0.00 workers=0.02 blocking=0.00 main=0.00 other=0.00 total=0.02",
+        ),
+        ("idle_bursts", "10"),
+        ("idle_wall_seconds", "30.0"),
+        ("idle_rss_kib", "20000"),
+        (
+            "idle_threads",
+            "burst=0.10 workers=0.02 blocking=0.01 main=0.00 other=0.00 total=0.13",
+        ),
+        ("idle_life_bursts", "60"),
+        ("idle_doorbells", "0.5 1200"),
+        ("cost_exporter_exit", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_exporter_cost(&good);
+    for (key, bad) in [
+        ("scrape_idle_bursts", "1"),
+        ("scrape_bursts_bursts", "0"),
+        ("quiet_bursts", "2"),
+        ("cost_paths", "9"),
+        (
+            "scrape_idle",
+            "n=150 p50_ms=10.00 p99_ms=20.00 max_ms=30.00",
+        ),
+        ("idle_doorbells", "0 0"),
+        ("idle_threads", "total=0.13"),
+    ] {
+        let mut results = good.clone();
+        results.insert(key.to_owned(), bad.to_owned());
+        assert!(
+            support::panics(|| assert_exporter_cost(&results)),
+            "{key}={bad} passed"
+        );
     }
 }

@@ -50,7 +50,20 @@ pub async fn execute(action: Action) -> anyhow::Result<ExitCode> {
         Action::Probe(action) => run_probe(action).await,
         Action::Devices(action) => run_devices(action),
         Action::CheckConfig(file) => run_check_config(&file),
-        Action::Run { config } => run_exporter(config).await,
+        Action::Run {
+            config,
+            reload_endpoint,
+            reload_token_file,
+        } => {
+            let access = match (reload_endpoint, reload_token_file) {
+                (false, _) => http::ReloadAccess::Disabled,
+                (true, None) => http::ReloadAccess::Loopback,
+                (true, Some(file)) => {
+                    http::ReloadAccess::token_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?
+                }
+            };
+            run_exporter(config, access).await
+        }
         Action::Simulate(config) => run_simulate(&config),
     }
 }
@@ -70,7 +83,10 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
 }
 
 /// `run`: the exporter, until SIGTERM/SIGINT; SIGHUP reloads the config.
-async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCode> {
+async fn run_exporter(
+    config_path: std::path::PathBuf,
+    reload_access: http::ReloadAccess,
+) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal()?;
     let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let config = Config::load(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -88,6 +104,7 @@ async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCod
                 listen.control
             )
         })?,
+        reload_access,
     };
     let (reload_tx, reload_rx) = exporter::reload_channel();
     let hangups = reload_tx.clone();

@@ -61,6 +61,13 @@ pub const MAX_QPS: u32 = 64;
 pub const MAX_MESSAGE_SIZE: u64 = 1 << 31;
 /// Longest node or device name accepted (DNS names and Kubernetes node names fit in 253).
 pub const MAX_NAME_LEN: usize = 255;
+/// Longest `BurstStart.deadline_ms` a responder accepts: the longest burst a prober can plan
+/// (`burst::plan::MAX_BURST_DURATION`, a count burst's deadline being twice its planned length)
+/// plus 10 minutes of control timeout. A longer one would let one prober hold a device's burst
+/// slot, and every other prober get `busy`, for as long as it likes.
+pub const MAX_DEADLINE_MS: u64 = (crate::burst::plan::MAX_BURST_DURATION.as_millis() as u64)
+    * crate::burst::run::DEADLINE_FACTOR as u64
+    + 10 * 60 * 1000;
 /// Longest `Hello.target`: a DNS name (253) with `:` and a port.
 pub const MAX_TARGET_LEN: usize = 253 + 6;
 /// Path MTUs that exist in InfiniBand/RoCE (`ibv_mtu`), in bytes.
@@ -482,6 +489,12 @@ impl Message {
                 ))
             }
             Message::BurstResult(r) => r.validate(),
+            Message::BurstStart {
+                deadline_ms: Some(ms),
+                ..
+            } if *ms > MAX_DEADLINE_MS => Err(format!(
+                "burst_start.deadline_ms is {ms}, at most {MAX_DEADLINE_MS} allowed"
+            )),
             _ => Ok(()),
         }
     }
@@ -925,5 +938,33 @@ mod tests {
         hello.escape_free_text();
         assert!(matches!(&hello, Message::Hello { node, .. } if node == "a\u{1b}b"));
         assert!(hello.validate().is_err());
+    }
+
+    #[test]
+    fn a_burst_deadline_beyond_the_longest_burst_is_refused() {
+        let start = |deadline_ms| Message::BurstStart {
+            burst_id: 1,
+            seed: 2,
+            deadline_ms,
+        };
+        assert!(start(None).validate().is_ok());
+        assert!(start(Some(MAX_DEADLINE_MS)).validate().is_ok());
+        // An hour-long burst's deadline fits.
+        assert!(start(Some(2 * 3600 * 1000 + 30_000)).validate().is_ok());
+        for ms in [MAX_DEADLINE_MS + 1, u64::MAX] {
+            let err = start(Some(ms)).validate().unwrap_err();
+            assert!(err.contains("burst_start.deadline_ms"), "{err}");
+            // Refused where the responder reads it, before it takes the device's burst slot.
+            let frame = crate::control::codec::encode_with_version(
+                &Message::Close,
+                crate::control::codec::PROTOCOL_VERSION,
+            )
+            .unwrap();
+            let json = serde_json::to_vec(&start(Some(ms))).unwrap();
+            let mut raw = frame[..crate::control::codec::HEADER_LEN].to_vec();
+            raw[8..12].copy_from_slice(&(json.len() as u32).to_be_bytes());
+            raw.extend_from_slice(&json);
+            assert!(crate::control::codec::decode(&raw).is_err());
+        }
     }
 }

@@ -8,7 +8,7 @@
 # node2 serves (our responder, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
 # emulation retransmits spuriously (lab/README.md; lab/scenarios/probe-basic.sh).

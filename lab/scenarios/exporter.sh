@@ -12,7 +12,7 @@
 #     within 2 s, and node2's responder keeps serving node3.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
-(umask 077 && echo "lab-exporter-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLWV4cG9ydGVyLXBzay0wMTIzNDU2Nzg5YWJjZGVm" >/tmp/psk)
 config=/tmp/exporter.yaml
 
 # write_config [PEER...]: the exporter's config with these peers (default: all three, this node

@@ -32,6 +32,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use base64ct::Encoding as _;
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::{Digest as _, Sha256};
@@ -66,14 +67,25 @@ pub enum PskError {
     #[error("pre-shared key{} is empty", in_file(.path))]
     Empty { path: Option<PathBuf> },
     #[error(
-        "pre-shared key{} is {len} bytes, at least {min} required (e.g. `head -c 32 /dev/urandom | base64`)",
-        in_file(.path)
+        "pre-shared key{} is {len} bytes, at least {min} random bytes required. {}",
+        in_file(.path),
+        new_key_hint(.path)
     )]
     TooShort {
         path: Option<PathBuf>,
         len: usize,
         min: usize,
     },
+    /// The file is not one line of base64: a key of an older version (any 16 bytes, such as a
+    /// passphrase), or not a key at all. The content is never quoted.
+    #[error(
+        "pre-shared key file {} is not base64: since control protocol v3 a key file holds at \
+         least 32 random bytes, base64-encoded, on one line (a passphrase or an older key is \
+         refused). {}",
+        .path.display(),
+        new_key_hint(&Some(.path.clone()))
+    )]
+    NotBase64 { path: PathBuf },
     /// The file's mode lets others than its owner read (or change) the key.
     #[error(
         "pre-shared key file {path} has mode {mode:04o}: {exposure}; refusing a key that is not \
@@ -87,6 +99,17 @@ pub enum PskError {
     },
 }
 
+/// How to make a key that is accepted.
+fn new_key_hint(path: &Option<PathBuf>) -> String {
+    let file = path
+        .as_ref()
+        .map_or("FILE".to_owned(), |p| p.display().to_string());
+    format!(
+        "Make a new key with `(umask 077 && head -c 32 /dev/urandom | base64 > {file})` and give \
+         the same file to every node (docs/security.md, \"Key files\")"
+    )
+}
+
 fn in_file(path: &Option<PathBuf>) -> String {
     match path {
         Some(p) => format!(" in {}", p.display()),
@@ -95,18 +118,20 @@ fn in_file(path: &Option<PathBuf>) -> String {
 }
 
 impl Psk {
-    /// Shortest key accepted: 16 bytes (128 bits if random). Short keys would make an offline
-    /// guess from one recorded handshake cheap.
-    pub const MIN_LEN: usize = 16;
+    /// Shortest key accepted: 32 bytes (256 bits, random). Anyone can get a responder's proof
+    /// over a nonce of their choice (the server proves first), so a key that can be guessed
+    /// (a passphrase) could be found offline (docs/security.md, "What the pre-shared key
+    /// protects").
+    pub const MIN_LEN: usize = 32;
 
-    /// Use `bytes` as the key, exactly as given.
+    /// Use `bytes` (the decoded key, at least [`Psk::MIN_LEN`]) as the key, exactly as given.
     pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<Psk, PskError> {
-        Self::checked(bytes.into(), None)
+        Self::checked(Zeroizing::new(bytes.into()), None)
     }
 
-    /// Read the key from a file (e.g. a mounted Kubernetes Secret). One trailing newline (`\n` or
-    /// `\r\n`) is removed, because `echo secret > file` and most editors add one and the two ends
-    /// would otherwise disagree on the key; any other byte, including other whitespace, is key.
+    /// Read the key from a file (e.g. a mounted Kubernetes Secret): one line of standard base64
+    /// (padded or not) that decodes to at least [`Psk::MIN_LEN`] bytes, as `head -c 32
+    /// /dev/urandom | base64` writes it. Whitespace around it (the trailing newline) is ignored.
     ///
     /// A file others may read is refused before it is read ([`exposure`]), checked on the open
     /// file so that what is checked is what is read.
@@ -128,18 +153,31 @@ impl Psk {
                 exposure,
             });
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(read_error)?;
-        if bytes.last() == Some(&b'\n') {
-            bytes.pop();
-            if bytes.last() == Some(&b'\r') {
-                bytes.pop();
-            }
+        let mut text = Zeroizing::new(Vec::new());
+        file.read_to_end(&mut text).map_err(read_error)?;
+        let encoded = text.trim_ascii();
+        if encoded.is_empty() {
+            return Err(PskError::Empty {
+                path: Some(path.to_path_buf()),
+            });
         }
-        Self::checked(bytes, Some(path.to_path_buf()))
+        let not_base64 = || PskError::NotBase64 {
+            path: path.to_path_buf(),
+        };
+        let mut decoded = Zeroizing::new(vec![0u8; encoded.len()]);
+        let len = if encoded.ends_with(b"=") {
+            base64ct::Base64::decode(encoded, &mut decoded)
+        } else {
+            base64ct::Base64Unpadded::decode(encoded, &mut decoded)
+        }
+        .map_err(|_| not_base64())?
+        .len();
+        decoded.truncate(len);
+        Self::checked(decoded, Some(path.to_path_buf()))
     }
 
-    fn checked(bytes: Vec<u8>, path: Option<PathBuf>) -> Result<Psk, PskError> {
+    /// The key, if long enough; the bytes are wiped whatever the answer.
+    fn checked(bytes: Zeroizing<Vec<u8>>, path: Option<PathBuf>) -> Result<Psk, PskError> {
         if bytes.is_empty() {
             return Err(PskError::Empty { path });
         }
@@ -150,7 +188,7 @@ impl Psk {
                 min: Self::MIN_LEN,
             });
         }
-        Ok(Psk(Zeroizing::new(bytes)))
+        Ok(Psk(bytes))
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -509,7 +547,7 @@ mod tests {
     #[test]
     fn key_files_others_can_read_are_refused_with_the_fix() {
         use std::os::unix::fs::MetadataExt;
-        let key = b"0123456789abcdef0123\n";
+        let key = b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n";
         for mode in [0o600, 0o400] {
             let p = temp_file_with_mode(&format!("ok-{mode:o}"), key, mode);
             assert!(Psk::load(&p).is_ok(), "{mode:o}");
@@ -554,42 +592,74 @@ mod tests {
         assert!(exposure(0o100601, 1000).is_some());
     }
 
+    /// `0123456789abcdef0123456789abcdef`, base64-encoded.
+    const KEY_B64: &[u8] = b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
     #[test]
-    fn load_trims_exactly_one_trailing_newline() {
-        let p = temp_file("lf", b"0123456789abcdef\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef");
-        let p = temp_file("crlf", b"0123456789abcdef\r\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef");
-        let p = temp_file("two", b"0123456789abcdef\n\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef\n");
-        let p = temp_file("none", b"0123456789abcdef ");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef ");
+    fn load_decodes_one_line_of_base64_padded_or_not() {
+        for (name, contents) in [
+            ("lf", [KEY_B64, b"\n"].concat()),
+            ("crlf", [KEY_B64, b"\r\n"].concat()),
+            ("bare", KEY_B64.to_vec()),
+            ("unpadded", [&KEY_B64[..KEY_B64.len() - 1], b"\n"].concat()),
+        ] {
+            let p = temp_file(name, &contents);
+            assert_eq!(Psk::load(&p).unwrap().as_bytes(), KEY, "{name}");
+        }
     }
 
     #[test]
-    fn load_rejects_empty_and_short_keys_without_printing_them() {
+    fn load_rejects_empty_short_and_old_keys_with_the_command_for_a_new_one() {
         let p = temp_file("empty", b"\n");
         let err = Psk::load(&p).unwrap_err();
         assert!(matches!(err, PskError::Empty { .. }));
         assert!(err.to_string().contains("empty"));
         assert!(err.to_string().contains(&p.display().to_string()));
 
-        let p = temp_file("short", b"hunter2\n");
+        // 16 random bytes, base64: too short.
+        let p = temp_file("short", b"aHVudGVyMmh1bnRlcjJoaQ==\n");
         let err = Psk::load(&p).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, PskError::TooShort { len: 7, .. }));
-        assert!(text.contains("7 bytes"), "{text}");
-        assert!(!text.contains("hunter2"), "{text}");
-        assert!(!format!("{err:?}").contains("hunter2"));
+        assert!(matches!(err, PskError::TooShort { len: 16, .. }), "{text}");
+        assert!(text.contains("16 bytes"), "{text}");
+        assert!(
+            text.contains("head -c 32 /dev/urandom | base64 >"),
+            "{text}"
+        );
+        assert!(!text.contains("aHVudGVy"), "{text}");
+
+        // A key file of an older version (a passphrase, any 16 bytes): refused, with the fix.
+        for old in [
+            &b"lab-psk-0123456789abcdef\n"[..],
+            b"hunter2 hunter2 hunter2 hunter2!",
+        ] {
+            let p = temp_file("old", old);
+            let err = Psk::load(&p).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, PskError::NotBase64 { .. }), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "head -c 32 /dev/urandom | base64 > {})",
+                    p.display()
+                )),
+                "{text}"
+            );
+            assert!(
+                !text.contains("hunter2") && !text.contains("lab-psk"),
+                "{text}"
+            );
+            assert!(!format!("{err:?}").contains("hunter2"));
+        }
 
         let err = Psk::load(temp_file("missing", b"").with_extension("nope")).unwrap_err();
         assert!(matches!(err, PskError::Read { .. }));
         assert!(Psk::from_bytes(Vec::new()).is_err());
+        assert!(Psk::from_bytes(&KEY[..31]).is_err());
     }
 
     #[test]
     fn debug_never_shows_the_key() {
-        let secret = Psk::from_bytes(&b"super-secret-key-material"[..]).unwrap();
+        let secret = Psk::from_bytes(&b"super-secret-key-material, 32+ bytes"[..]).unwrap();
         assert_eq!(format!("{secret:?}"), "Psk(<redacted>)");
         let mode = AuthMode::Psk(Keys::new(secret.clone(), Some(secret)));
         assert!(!format!("{mode:?}").contains("secret"));
@@ -622,7 +692,7 @@ mod tests {
 
     #[test]
     fn proofs_verify_with_the_same_key_only() {
-        let (a, b) = (psk(KEY), psk(b"another key, 16+ bytes long"));
+        let (a, b) = (psk(KEY), psk(b"another key, 32 or more bytes long"));
         assert!(agree(&a, &a));
         assert!(agree(&AuthMode::None, &AuthMode::None));
         assert!(!agree(&a, &b));
@@ -634,8 +704,8 @@ mod tests {
     #[test]
     fn either_key_of_a_rollover_is_accepted() {
         let (old, new) = (
-            &b"the old key, 16+ bytes long"[..],
-            &b"the new key, 16+ bytes long"[..],
+            &b"the old key, 32 or more bytes long"[..],
+            &b"the new key, 32 or more bytes long"[..],
         );
         let both = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         assert!(agree(&psk(old), &both));
@@ -643,7 +713,7 @@ mod tests {
         assert!(agree(&both, &psk(old)));
         assert!(agree(&both, &psk(new)));
         assert!(agree(&both, &both));
-        let neither = psk(b"neither key, 16+ bytes long");
+        let neither = psk(b"neither key, 32 or more bytes long");
         assert!(!agree(&neither, &both));
         assert!(!agree(&both, &neither));
         assert!(!agree(&AuthMode::None, &both));
@@ -652,8 +722,8 @@ mod tests {
     #[test]
     fn a_client_with_both_keys_prefers_its_first() {
         let (old, new) = (
-            &b"the old key, 16+ bytes long"[..],
-            &b"the new key, 16+ bytes long"[..],
+            &b"the old key, 32 or more bytes long"[..],
+            &b"the new key, 32 or more bytes long"[..],
         );
         let client = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         let server = AuthMode::Psk(Keys::new(key(old), Some(key(new))));
@@ -704,7 +774,7 @@ mod tests {
         // on the way (of two, during a rollover) fails the handshake.
         let both = AuthMode::Psk(Keys::new(
             key(KEY),
-            Some(key(b"the old key, 16+ bytes long")),
+            Some(key(b"the old key, 32 or more bytes long")),
         ));
         let sent = server_proofs(&both, &t);
         let seen = &sent[..1];

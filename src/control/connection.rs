@@ -666,7 +666,7 @@ mod tests {
 
     #[tokio::test]
     async fn same_psk_authenticates_and_session_messages_flow() {
-        let key = "a shared key of enough length";
+        let key = "a shared key of enough length, 32+";
         let (client, server) = handshake(psk(key), psk(key)).await;
         let mut client = client.unwrap();
         let (mut server, node) = server.unwrap();
@@ -730,11 +730,17 @@ mod tests {
     async fn different_psk_fails_with_auth_on_both_sides() {
         for (c, s) in [
             (
-                psk("the client's key, long enough"),
-                psk("the server's key, long enough"),
+                psk("the client's key, long enough, 32+ bytes"),
+                psk("the server's key, long enough, 32+ bytes"),
             ),
-            (AuthMode::None, psk("the server's key, long enough")),
-            (psk("the client's key, long enough"), AuthMode::None),
+            (
+                AuthMode::None,
+                psk("the server's key, long enough, 32+ bytes"),
+            ),
+            (
+                psk("the client's key, long enough, 32+ bytes"),
+                AuthMode::None,
+            ),
         ] {
             let (client, server) = handshake(c, s).await;
             let client = client.unwrap_err();
@@ -756,7 +762,7 @@ mod tests {
             let identity = responder_identity();
             server_handshake(
                 &mut conn,
-                &psk("the server's key, long enough"),
+                &psk("the server's key, long enough, 32+ bytes"),
                 Some(&identity),
                 DEADLINE,
             )
@@ -866,7 +872,7 @@ mod tests {
             let mut conn = Connection::new(s).unwrap();
             server_handshake(
                 &mut conn,
-                &psk("a shared key of enough length"),
+                &psk("a shared key of enough length, 32+"),
                 None,
                 DEADLINE,
             )
@@ -936,7 +942,7 @@ mod tests {
             let err = client_handshake(
                 &mut conn,
                 "node-a",
-                &psk("a shared key of enough length"),
+                &psk("a shared key of enough length, 32+"),
                 DEADLINE,
             )
             .await
@@ -1043,7 +1049,7 @@ mod tests {
         addr
     }
 
-    const KEY: &str = "a shared key of enough length";
+    const KEY: &str = "a shared key of enough length, 32+";
 
     /// A responder that authenticates one prober and then reads messages until an error, which
     /// it returns with the messages it read before.
@@ -1309,9 +1315,9 @@ mod tests {
         use crate::control::auth::Keys;
         let key = |k: &str| Psk::from_bytes(k.as_bytes()).unwrap();
         let (old, new, other) = (
-            "the old key, long enough",
-            "the new key, long enough",
-            "neither key, long enough",
+            "the old key, long enough, 32+ bytes",
+            "the new key, long enough, 32+ bytes",
+            "neither key, long enough, 32+ bytes",
         );
         let both = || AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         for (prober, ok) in [

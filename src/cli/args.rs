@@ -1669,7 +1669,10 @@ mod tests {
     #[test]
     fn a_previous_key_is_held_beside_the_current_one_during_a_rollover() {
         let current = temp_file("current", b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n");
-        let previous = temp_file("previous", b"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=\n");
+        let previous = temp_file(
+            "previous",
+            b"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=\n",
+        );
         let args = |extra: &[&str]| {
             let mut args = vec!["responder", "--node", "b", "--psk-file"];
             args.push(current.to_str().unwrap());

@@ -48,8 +48,8 @@ pub use units::{
     parse_duration, parse_positive_duration, ByteSize, RateLimit, ResolveError, ResolvedRate,
     UnitError,
 };
-pub(crate) use validate::check_label_name;
 pub use validate::RESERVED_LABELS;
+pub(crate) use validate::{check_label_name, check_label_value};
 
 /// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
 /// this a file is a mistake or hostile, and is refused before it is parsed. (Large clusters use

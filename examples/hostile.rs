@@ -225,6 +225,7 @@ where
 async fn slow_hello(addr: String, interval: Duration, wait: Duration) -> (Seen, usize) {
     let hello = control::encode(&Message::Hello {
         node: "slow".into(),
+        target: addr.clone(),
         client_nonce: [7; 32],
     })
     .expect("a hello encodes");
@@ -307,6 +308,7 @@ async fn wrong_psk(addr: String, wait: Duration) -> Seen {
     nonce.copy_from_slice(&random_bytes(32));
     let hello = Message::Hello {
         node: "wrong-psk".into(),
+        target: addr.clone(),
         client_nonce: nonce,
     };
     if let Err(e) = stream.write_all(&control::encode(&hello).unwrap()).await {

@@ -319,16 +319,29 @@ fn psk_file_problems_are_reported_without_the_key() {
             "cannot read pre-shared key file /nonexistent/psk",
         ],
     );
-    let short = temp_file("short", b"tiny-secret\n");
-    let r = run(&probe_args(&["--psk-file", short.to_str().unwrap()]));
-    std::fs::remove_file(&short).ok();
+    // A key of an earlier version (a passphrase): refused, with the command for a new key.
+    let old = temp_file("old", b"tiny-secret\n");
+    let r = run(&probe_args(&["--psk-file", old.to_str().unwrap()]));
+    std::fs::remove_file(&old).ok();
     assert_eq!(r.code(), 2, "{}", r.describe());
-    assert!(r.stderr.contains("at least 16"), "{}", r.describe());
+    for needle in [
+        "is not base64",
+        "at least 32 random bytes",
+        &format!("head -c 32 /dev/urandom | base64 > {}", old.display())[..],
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.describe());
+    }
     assert!(
         !r.stderr.contains("tiny-secret"),
         "key leaked: {}",
         r.describe()
     );
+    // Base64 of 16 bytes: too short.
+    let short = temp_file("short", b"dGlueS1zZWNyZXQtMTZi\n");
+    let r = run(&probe_args(&["--psk-file", short.to_str().unwrap()]));
+    std::fs::remove_file(&short).ok();
+    assert_eq!(r.code(), 2, "{}", r.describe());
+    assert!(r.stderr.contains("at least 32"), "{}", r.describe());
 }
 
 #[test]

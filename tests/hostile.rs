@@ -28,6 +28,8 @@ use serde_json::Value;
 const SERVE_ENV: &str = "RDMA_PROBE_HOSTILE_SERVE";
 /// The key both ends use (the attacks that need it read it from a file, as a node does).
 const KEY: &[u8] = b"hostile-test key, 32 bytes long!";
+/// [`KEY`] as its key file holds it: base64.
+const KEY_FILE: &[u8] = b"aG9zdGlsZS10ZXN0IGtleSwgMzIgYnl0ZXMgbG9uZyE=\n";
 /// The child's handshake and request deadline: short, so that the slow attacks end quickly.
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_HANDSHAKES: usize = 8;
@@ -198,7 +200,7 @@ fn key_file(dir: &Path) -> PathBuf {
         .mode(0o600)
         .open(&path)
         .unwrap();
-    file.write_all(KEY).unwrap();
+    file.write_all(KEY_FILE).unwrap();
     path
 }
 

@@ -468,3 +468,114 @@ async fn discovered_peers_and_their_source_show_on_metrics() {
     server.task.await.unwrap().expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sends one request with `headers` (each `Name: value`) and returns the status and body.
+async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("header end");
+    let status = head.split(' ').nth(1).expect("status").parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// An exporter's admin server with `access`, whose service loop answers every reload with
+/// `answer` and counts them.
+async fn reload_server(
+    access: http::ReloadAccess,
+    answer: Result<(), String>,
+) -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    oneshot::Sender<()>,
+) {
+    use rdma_probe_exporter::metrics::probe::ProbeRecorder;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let metrics = Metrics::for_exporter();
+    let recorder = ProbeRecorder::new(metrics.probes.clone().expect("exporter metrics"));
+    let (tx, mut rx) = rdma_probe_exporter::exporter::reload_channel();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Some(request) = rx.recv().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if let Some(reply) = request.reply {
+                let _ = reply.send(answer.clone());
+            }
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(http::serve_exporter(
+        listener,
+        metrics,
+        Readiness::new(),
+        http::ExporterPages {
+            paths: recorder.snapshot(),
+            reload: http::ReloadEndpoint::new(tx, access),
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, count, stop)
+}
+
+/// `POST /-/reload` is off by default, and when on takes neither a request a browser could send
+/// cross-site (no custom header) nor a loop of requests; a refused file's error stays in the log.
+#[tokio::test]
+async fn the_reload_endpoint_is_off_by_default_and_limited_when_on() {
+    use std::sync::atomic::Ordering;
+    let header = "X-Rdma-Probe-Reload: 1";
+    let (addr, count, _stop) = reload_server(http::ReloadAccess::Disabled, Ok(())).await;
+    let (status, body) = request(addr, "POST", "/-/reload", &[header]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("--enable-reload-endpoint"), "{body}");
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+
+    let detail = "config.yaml:3:7: peers[0].address: secret detail";
+    let (addr, count, _stop) =
+        reload_server(http::ReloadAccess::Loopback, Err(detail.into())).await;
+    // A simple cross-site request (a form POST) carries no custom header.
+    let form = "Content-Type: application/x-www-form-urlencoded";
+    let (status, _) = request(addr, "POST", "/-/reload", &[form]).await;
+    assert_eq!(status, 403);
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    let (status, body) = request(addr, "POST", "/-/reload", &[header]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(!body.contains("secret detail"), "{body}");
+    assert!(body.contains("log"), "{body}");
+    // A loop: at most one reload per second reaches the service loop.
+    let mut limited = 0;
+    for _ in 0..20 {
+        let (status, _) = request(addr, "POST", "/-/reload", &[header]).await;
+        if status == 429 {
+            limited += 1;
+        }
+    }
+    assert!(limited >= 18, "{limited} of 20 limited");
+    assert!(count.load(Ordering::SeqCst) <= 3, "{count:?}");
+    tokio::time::sleep(http::reload::MIN_INTERVAL).await;
+    let (status, _) = request(addr, "POST", "/-/reload", &[header]).await;
+    assert_eq!(status, 400);
+
+    let token = http::ReloadAccess::token("0123456789abcdef-token".to_owned());
+    let (addr, count, _stop) = reload_server(token, Ok(())).await;
+    let (status, _) = request(addr, "POST", "/-/reload", &[header]).await;
+    assert_eq!(status, 401);
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/-/reload",
+        &["Authorization: Bearer 0123456789abcdef-token"],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}

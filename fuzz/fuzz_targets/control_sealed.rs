@@ -22,8 +22,7 @@ use rdma_probe_exporter::control::seal::{
 use serde_json::Value;
 
 const KEY: &[u8] = b"rdma-probe fuzz key of 32 bytes!";
-const CLIENT_NONCE: [u8; 32] = [0x11; 32];
-const SERVER_NONCE: [u8; 32] = [0x22; 32];
+const TRANSCRIPT: [u8; 32] = [0x11; 32];
 const FRAMES: usize = 16;
 
 fn assert_printable(value: &Value) {
@@ -39,8 +38,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let mut responder = FrameKeys::derive(KEY, &CLIENT_NONCE, &SERVER_NONCE, Role::Responder);
-    let mut prober = FrameKeys::derive(KEY, &CLIENT_NONCE, &SERVER_NONCE, Role::Prober);
+    let mut responder = FrameKeys::derive(KEY, &TRANSCRIPT, Role::Responder);
+    let mut prober = FrameKeys::derive(KEY, &TRANSCRIPT, Role::Prober);
     if mode % 2 == 0 {
         let mut at = 0;
         for _ in 0..FRAMES {

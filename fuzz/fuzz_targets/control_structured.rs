@@ -58,6 +58,7 @@ fn message(u: &mut Unstructured) -> Result<Message> {
     Ok(match u.int_in_range(0..=12u8)? {
         0 => Message::Hello {
             node: name(u)?,
+            target: name(u)?,
             client_nonce: u.arbitrary()?,
         },
         1 => Message::Challenge {

@@ -16,7 +16,7 @@ bin=rdma-probe-exporter
 N=${BENCH_MESSAGES:-500}
 SCRAPES=${BENCH_SCRAPES:-200}
 IDLE_SECONDS=${BENCH_IDLE_SECONDS:-30}
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
 # emulation retransmits spuriously (lab/README.md; lab/scenarios/probe-basic.sh).

@@ -12,7 +12,7 @@
 #     IMMEDIATE of every QP (BTH opcode 0x09 or 0x0b: one per QP and burst) to see the ports on
 #     the wire.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-capacity-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLWNhcGFjaXR5LXBzay0wMTIzNDU2Nzg5YWJjZGVm" >/tmp/psk)
 case $LAB_NODE in
   node2)
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &

@@ -6,7 +6,7 @@
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
 N=${DEMO_MESSAGES:-300}
-(umask 077 && echo "lab-demo-psk-0123456789abcdef" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
+(umask 077 && echo "bGFiLWRlbW8tcHNrLTAxMjM0NTY3ODlhYmNkZWYtcGFkZGVk" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
 lab_barrier booted
 pair() { # pair ROUND CLIENT SERVER
   lab_perftest_pair "$2" "$3" "$1" -d rxe0 -x 1 -n "$N" -F --report_gbits || return 1

@@ -11,7 +11,7 @@
 #     probed after forget_after has passed again.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
-(umask 077 && echo "lab-discovery-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLWRpc2NvdmVyeS1wc2stMDEyMzQ1Njc4OWFiY2RlZg==" >/tmp/psk)
 config=/tmp/exporter.yaml
 hosts=/tmp/peers.hosts
 dns_source='source="dns:peers.lab:18516"'

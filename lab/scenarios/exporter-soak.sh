@@ -13,7 +13,7 @@
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
 soak=${SOAK_SECONDS:-600}
-(umask 077 && echo "lab-soak-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXNvYWstcHNrLTAxMjM0NTY3ODlhYmNkZWYtcGFkZGVk" >/tmp/psk)
 # One burst: 500 ms at 20 Mb/s = 1.25 MB = 19 x 64 KiB. Every path every 30 s: 10 paths want
 # 10 x 0.5 / 30 = 17% of the device; the budget allows 25%.
 rate_mbps=20

@@ -12,7 +12,7 @@
 #     within 2 s, and node2's responder keeps serving node3.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
-(umask 077 && echo "lab-exporter-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLWV4cG9ydGVyLXBzay0wMTIzNDU2Nzg5YWJjZGVm" >/tmp/psk)
 config=/tmp/exporter.yaml
 
 # write_config [PEER...]: the exporter's config with these peers (default: all three, this node
@@ -54,7 +54,7 @@ EOF
 start_exporter() {
   # Debug lines of the device worker say when each probe starts (step 4 waits for one).
   NODE_NAME=$LAB_NODE $bin --log-level info,rdma_probe_exporter::exporter::device=debug \
-    run --config "$config" >>exporter.log 2>&1 &
+    run --config "$config" --enable-reload-endpoint >>exporter.log 2>&1 &
   exporter_pid=$!
 }
 # stop_exporter: SIGTERM; sets stop_seconds (to exit) and stop_status.
@@ -128,11 +128,11 @@ if [ "$LAB_NODE" = node1 ]; then
   runs_before=$(sum rdma_probe_runs_total node3)
   echo "peers: [ {name: broken" >"$config.new" && mv "$config.new" "$config"
   lab_wait_for "config_reload_success 0" 30 is rdma_probe_config_reload_success 0 || exit 1
-  lab_result broken_post_status "$(curl -s -o reload-broken.txt -w '%{http_code}' -X POST "$url/-/reload")"
+  lab_result broken_post_status "$(curl -s -o reload-broken.txt -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
   lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
   scrape >metrics-broken-reload.txt
   write_config
-  lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST "$url/-/reload")"
+  lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
   lab_wait_for "config_reload_success 1" 30 is rdma_probe_config_reload_success 1 || exit 1
   kill -HUP "$exporter_pid"
   sleep 2
@@ -161,7 +161,7 @@ if [ "$LAB_NODE" = node1 ]; then
   # reload is still running 0.7 s later. The guests are emulated and the burst loads them: each
   # check is one awk, and the burst is long enough for checks that take seconds.
   BURST=10s INTERVAL=11s DUTY=100% write_config node2
-  lab_result midburst_reload_status "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/-/reload")"
+  lab_result midburst_reload_status "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
   # probes: how many probes of node2 the log shows started, then how many ended.
   probes() { awk '/probe started.*node2/ { s++ } /probe ended.*node2/ { e++ } END { print s + 0, e + 0 }' exporter.log; }
   read -r before _ <<<"$(probes)"

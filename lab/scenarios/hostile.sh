@@ -10,7 +10,7 @@
 # in `stall-exits`), the test checks the list.
 bin=rdma-probe-exporter
 hostile=hostile
-(umask 077 && echo "lab-hostile-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLWhvc3RpbGUtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
 url=http://127.0.0.1:9587/metrics
 
 # process PID: "fds=N threads=N rss_kib=N".

@@ -39,7 +39,7 @@ done
 mkdir "$R/dev/infiniband" && mount --bind /dev/infiniband "$R/dev/infiniband"
 mount -t tmpfs -o mode=0755,size=1m etc-rdma-probe "$R/etc/rdma-probe"
 mkdir "$R/etc/rdma-probe/config" "$R/etc/rdma-probe/secret"
-echo "lab-image-psk-0123456789abcdef" >"$R/etc/rdma-probe/secret/psk"
+echo "bGFiLWltYWdlLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZA==" >"$R/etc/rdma-probe/secret/psk"
 # The Secret as the kubelet writes it with fsGroup 65532: owned by root, group 65532, 0440
 # (the group may read a root-owned key file, docs/security.md "Key files").
 chgrp 65532 "$R/etc/rdma-probe/secret/psk" && chmod 0440 "$R/etc/rdma-probe/secret/psk"
@@ -122,7 +122,7 @@ if [ "$LAB_NODE" = node1 ]; then
   wait $pid
   lab_result stop_status $?
   # The key as the unprivileged user's own file: a key file must be private (docs/security.md).
-  (umask 077 && echo "lab-image-psk-0123456789abcdef" >/tmp/psk) && chown 65532:65532 /tmp/psk
+  (umask 077 && echo "bGFiLWltYWdlLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZA==" >/tmp/psk) && chown 65532:65532 /tmp/psk
   peer=$(lab_addr node2):18516
   # The image's binary in a container without IPC_LOCK.
   (in_pod --bounding -all rdma-probe-exporter --version) >no-ipc-lock.txt 2>&1

@@ -6,7 +6,7 @@
 # Results: each probe's bandwidth and whether it validated, the exporter's successful bursts.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
-(umask 077 && echo "lab-trial-psk-0123456789abcdef" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
+(umask 077 && echo "bGFiLXRyaWFsLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZA==" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
 lab_barrier booted
 lab_perftest_pair node1 node2 ref -d rxe0 -x 1 -n 500 -F --report_gbits || exit 1
 if [ "$LAB_NODE" = node1 ]; then

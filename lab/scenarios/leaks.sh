@@ -8,7 +8,7 @@
 # the device's burst thread counted apart) and RSS are recorded on node1, and the responder's
 # resources on node2.
 bin=rdma-probe-exporter
-echo "lab-leaks-psk-0123456789abcdef" >/tmp/psk
+echo "bGFiLWxlYWtzLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZA==" >/tmp/psk
 chmod 600 /tmp/psk
 url=http://127.0.0.1:9587/metrics
 SUCCESSES=${LEAKS_SUCCESSES:-500}

@@ -132,7 +132,7 @@ case $LAB_NODE in
     lab_signal "want-server-$((round + 1))"
 
     echo "== the exporter with node2 as a mode: perftest peer (a stock server loop on node2)"
-    echo "lab-perftest-psk-0123456789abcdef" >/tmp/psk
+    echo "bGFiLXBlcmZ0ZXN0LXBzay0wMTIzNDU2Nzg5YWJjZGVm" >/tmp/psk
     chmod 600 /tmp/psk
     cat >/tmp/perftest-exporter.yaml <<EOF
 node: node1

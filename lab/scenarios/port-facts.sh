@@ -18,7 +18,7 @@ $bin devices --json >devices-after.json; echo "devices-after exit=$?" >>exits
 
 # The exporter's port gauges: a peer that does not exist, so nothing but the port reader (at
 # start, then every 30 s) and the failing probes happen.
-(umask 077 && echo "lab-port-facts-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBvcnQtZmFjdHMtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
 cat >/tmp/exporter.yaml <<EOC
 node: $LAB_NODE
 auth: {psk_file: /tmp/psk}

@@ -4,8 +4,8 @@
 # then node1 scrapes the responder's /metrics. node2 checks that the ACKs of a probe in traffic
 # class 104 (DSCP 26) carry that class on the wire.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
-(umask 077 && echo "some-other-key-0123456789" >/tmp/wrong-psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
+(umask 077 && echo "c29tZS1vdGhlci1rZXktMDEyMzQ1Njc4OS1wYWRkZWQ=" >/tmp/wrong-psk)
 case $LAB_NODE in
   node2)
     $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \

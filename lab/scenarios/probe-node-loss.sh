@@ -1,7 +1,7 @@
 # Two nodes: node1 runs a long paced burst against node2's responder and, mid-burst, node2 is
 # powered off. The probe must end with wc_retry_exceeded or timeout within its timeout.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 case $LAB_NODE in
   node2)
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &

@@ -14,7 +14,7 @@
 # then node2 takes its lab link down: /readyz goes 503 while the port is not ACTIVE, 200 again
 # after link up.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 case $LAB_NODE in
   node2)
     $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \

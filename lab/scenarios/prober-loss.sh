@@ -3,7 +3,7 @@
 # control channel) and free the device's burst slot long before its 60 s idle timeout; then a
 # probe from node2 to its own responder (Soft-RoCE loopback) must be served, not told busy.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 case $LAB_NODE in
   node1)
     lab_wait_signal node2 responder-up || exit 1

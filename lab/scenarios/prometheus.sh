@@ -24,7 +24,7 @@
 bin=rdma-probe-exporter
 files=/mnt/files
 . "$files/prometheus-lab.env"
-(umask 077 && echo "lab-prometheus-psk-0123456789abcdef" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
+(umask 077 && echo "bGFiLXByb21ldGhldXMtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
 prom=http://127.0.0.1:9090
 
 NODE_NAME=$LAB_NODE $bin run --config "$files/lab.yaml" >exporter.log 2>&1 &

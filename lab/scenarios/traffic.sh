@@ -8,7 +8,7 @@
 #     node3's packets to node2); every node in turn probes the two others (`probe`, 2 s paced),
 #     one probe at a time, so no other burst shares a port with it.
 bin=rdma-probe-exporter
-(umask 077 && echo "lab-traffic-psk-0123456789abcdef" >/tmp/psk)
+(umask 077 && echo "bGFiLXRyYWZmaWMtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
 serve() {
   $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
   responder=$!

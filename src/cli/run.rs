@@ -49,11 +49,24 @@ pub fn init_tracing(logging: &Logging) -> anyhow::Result<()> {
 /// failure), `Err` when it could not run (the caller prints the error and exits 1).
 pub fn execute(action: Action) -> anyhow::Result<ExitCode> {
     match action {
-        Action::Run { config } => on_runtime(run_exporter(config)),
         Action::Responder(action) => on_runtime(run_responder(action)),
         Action::Probe(action) => on_runtime(run_probe(action)),
         Action::Devices(action) => run_devices(action),
         Action::CheckConfig(file) => run_check_config(&file),
+        Action::Run {
+            config,
+            reload_endpoint,
+            reload_token_file,
+        } => {
+            let access = match (reload_endpoint, reload_token_file) {
+                (false, _) => http::ReloadAccess::Disabled,
+                (true, None) => http::ReloadAccess::Loopback,
+                (true, Some(file)) => {
+                    http::ReloadAccess::token_file(&file).map_err(|e| anyhow::anyhow!("{e}"))?
+                }
+            };
+            on_runtime(run_exporter(config, access))
+        }
         Action::Simulate(config) => run_simulate(&config),
     }
 }
@@ -97,7 +110,10 @@ fn run_simulate(config: &crate::simulate::SimulationConfig) -> anyhow::Result<Ex
 }
 
 /// `run`: the exporter, until SIGTERM/SIGINT; SIGHUP reloads the config.
-async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCode> {
+async fn run_exporter(
+    config_path: std::path::PathBuf,
+    reload_access: http::ReloadAccess,
+) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal()?;
     let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let config = Config::load(&config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -115,6 +131,7 @@ async fn run_exporter(config_path: std::path::PathBuf) -> anyhow::Result<ExitCod
                 listen.control
             )
         })?,
+        reload_access,
     };
     let (reload_tx, reload_rx) = exporter::reload_channel();
     let hangups = reload_tx.clone();

@@ -177,7 +177,8 @@ fn both_keys_of_a_rollover_are_loaded_and_checked() {
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, mode: u32| {
         let path = dir.join(name);
-        std::fs::write(&path, format!("{name}-key-of-enough-length\n")).unwrap();
+        // `name` padded with `A` to 44 base64 characters: a key of 33 bytes.
+        std::fs::write(&path, format!("{:A<44}\n", name)).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         path.display().to_string()
     };
@@ -498,6 +499,9 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
         (format!("{n}labels: {{1rack: x}}\n"), Kind::Value, 3, 10, "labels.1rack", "Prometheus"),
         (format!("{n}labels: {{__x: x}}\n"), Kind::Value, 3, 10, "labels.__x", "reserved"),
         (format!("{n}labels: {{peer: x}}\n"), Kind::Value, 3, 10, "labels.peer", "sets itself"),
+        (format!("{n}labels: {{job: x}}\n"), Kind::Value, 3, 10, "labels.job", "sets itself"),
+        (format!("{n}labels: {{instance: x}}\n"), Kind::Value, 3, 10, "labels.instance",
+         "sets itself"),
         (format!("{n}listen: {{metrics: 9587}}\n"), Kind::Value, 3, 19, "listen.metrics",
          "IP:PORT"),
         (format!("{n}listen: {{metrics: '0.0.0.0:0'}}\n"), Kind::Value, 3, 19,

@@ -32,9 +32,18 @@ const MAX_NAME_LEN: usize = 253;
 
 /// Label names the exporter sets itself on its metrics; a static label with one of these names
 /// would clash with them in joins (`peer_node`: the node name a peer reports, on
-/// `rdma_probe_peer_info`).
-pub const RESERVED_LABELS: &[&str] =
-    &["node", "peer", "peer_node", "device", "peer_device", "port"];
+/// `rdma_probe_peer_info`). `instance` and `job` are Prometheus' target labels: an exported
+/// one would be renamed `exported_instance` (or overwrite the target's with `honor_labels`).
+pub const RESERVED_LABELS: &[&str] = &[
+    "node",
+    "peer",
+    "peer_node",
+    "device",
+    "peer_device",
+    "port",
+    "instance",
+    "job",
+];
 
 /// What a field accepts, by field path (`peers[2].rate_limit`), for error messages.
 pub(crate) fn field_help(path: &str) -> Option<String> {
@@ -1210,6 +1219,25 @@ struct Level<'a> {
 
 /// Most peers `selection.max_peers` and `selection.sample` accept: beyond, a typo.
 const MAX_SELECTION_PEERS: u64 = 100_000;
+
+/// A label value from outside the config file (a file_sd list): at most 253 characters, none of
+/// them a control character or another that must not reach a terminal or log line unescaped,
+/// as the config's own label values and the values a peer says are checked.
+pub(crate) fn check_label_value(value: &str) -> Result<(), String> {
+    if value.chars().count() > MAX_NAME_LEN {
+        return Err(format!("label value longer than {MAX_NAME_LEN} characters"));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|&c| crate::control::message::is_unsafe_char(c))
+    {
+        return Err(format!(
+            "label value contains {}: control characters are not allowed",
+            c.escape_unicode()
+        ));
+    }
+    Ok(())
+}
 
 /// Prometheus label name rules, minus the names the exporter sets itself.
 pub(crate) fn check_label_name(name: &str) -> Result<(), String> {

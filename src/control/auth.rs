@@ -1,16 +1,24 @@
 //! Pre-shared-key authentication: the key type, nonces, and the HMAC proofs of the handshake.
 //!
-//! Mutual challenge/response, both directions bound to both nonces:
+//! Mutual challenge/response over a transcript of the whole handshake (protocol v3):
 //!
 //! ```text
-//! server_proof = HMAC-SHA256(psk, "rdma-probe server" || client_nonce || server_nonce)
-//! client_proof = HMAC-SHA256(psk, "rdma-probe client" || server_nonce || client_nonce)
+//! prk          = HKDF-Extract(salt = "rdma-probe v3", ikm = psk)
+//! proof_key    = HKDF-Expand(prk, "rdma-probe v3 proof key", 32)
+//! frame_secret = HKDF-Expand(prk, "rdma-probe v3 frame secret", 32)
+//! t1           = SHA-256("rdma-probe v3" || version u16 BE || len u64 BE || Hello.node
+//!                        || len u64 BE || Hello.target || client_nonce || server_nonce)
+//! server_proof = HMAC-SHA256(proof_key, "rdma-probe server" || t1)
+//! t2           = SHA-256("rdma-probe v3" || t1 || count u64 BE || server_proofs...)
+//! client_proof = HMAC-SHA256(proof_key, "rdma-probe client" || t2)
+//! frame keys   = seal::FrameKeys::derive(frame_secret, salt = t2)
 //! ```
 //!
 //! The distinct labels stop a proof from one role being reflected back as the other role's proof;
-//! the fresh nonces of both sides stop replay of a recorded handshake against either side. All
-//! inputs have a fixed length, so the concatenation is unambiguous. Tags are compared in constant
-//! time (`Mac::verify_slice`).
+//! the fresh nonces of both sides stop replay of a recorded handshake against either side; the
+//! transcript binds the proofs to the version, the prober's node name and the address it meant
+//! to reach, so none of them can be changed on the way. Tags are compared in constant time
+//! (`Mac::verify_slice`).
 //!
 //! A server holding two keys (during a rollover) sends a proof under each; the client proves with
 //! the first of its own keys that one of them verifies under, and the server accepts a client
@@ -18,17 +26,21 @@
 //! frame keys from, so every frame after the handshake is encrypted and authenticated too
 //! (docs/security.md).
 //!
-//! Everything here is pure (apart from drawing nonces from the OS) and unit-tested.
+//! Everything here is pure (apart from drawing nonces from the OS, and the registry of this
+//! process's own nonces, [`OwnHello`]) and unit-tested.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use base64ct::Encoding as _;
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
 use zeroize::Zeroizing;
 
+use super::codec::PROTOCOL_VERSION;
 #[cfg(doc)]
 use super::message::MAX_KEYS;
 use super::message::{Nonce, Proof};
@@ -55,14 +67,25 @@ pub enum PskError {
     #[error("pre-shared key{} is empty", in_file(.path))]
     Empty { path: Option<PathBuf> },
     #[error(
-        "pre-shared key{} is {len} bytes, at least {min} required (e.g. `head -c 32 /dev/urandom | base64`)",
-        in_file(.path)
+        "pre-shared key{} is {len} bytes, at least {min} random bytes required. {}",
+        in_file(.path),
+        new_key_hint(.path)
     )]
     TooShort {
         path: Option<PathBuf>,
         len: usize,
         min: usize,
     },
+    /// The file is not one line of base64: a key of an older version (any 16 bytes, such as a
+    /// passphrase), or not a key at all. The content is never quoted.
+    #[error(
+        "pre-shared key file {} is not base64: since control protocol v3 a key file holds at \
+         least 32 random bytes, base64-encoded, on one line (a passphrase or an older key is \
+         refused). {}",
+        .path.display(),
+        new_key_hint(&Some(.path.clone()))
+    )]
+    NotBase64 { path: PathBuf },
     /// The file's mode lets others than its owner read (or change) the key.
     #[error(
         "pre-shared key file {path} has mode {mode:04o}: {exposure}; refusing a key that is not \
@@ -76,6 +99,17 @@ pub enum PskError {
     },
 }
 
+/// How to make a key that is accepted.
+fn new_key_hint(path: &Option<PathBuf>) -> String {
+    let file = path
+        .as_ref()
+        .map_or("FILE".to_owned(), |p| p.display().to_string());
+    format!(
+        "Make a new key with `(umask 077 && head -c 32 /dev/urandom | base64 > {file})` and give \
+         the same file to every node (docs/security.md, \"Key files\")"
+    )
+}
+
 fn in_file(path: &Option<PathBuf>) -> String {
     match path {
         Some(p) => format!(" in {}", p.display()),
@@ -84,18 +118,20 @@ fn in_file(path: &Option<PathBuf>) -> String {
 }
 
 impl Psk {
-    /// Shortest key accepted: 16 bytes (128 bits if random). Short keys would make an offline
-    /// guess from one recorded handshake cheap.
-    pub const MIN_LEN: usize = 16;
+    /// Shortest key accepted: 32 bytes (256 bits, random). Anyone can get a responder's proof
+    /// over a nonce of their choice (the server proves first), so a key that can be guessed
+    /// (a passphrase) could be found offline (docs/security.md, "What the pre-shared key
+    /// protects").
+    pub const MIN_LEN: usize = 32;
 
-    /// Use `bytes` as the key, exactly as given.
+    /// Use `bytes` (the decoded key, at least [`Psk::MIN_LEN`]) as the key, exactly as given.
     pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<Psk, PskError> {
-        Self::checked(bytes.into(), None)
+        Self::checked(Zeroizing::new(bytes.into()), None)
     }
 
-    /// Read the key from a file (e.g. a mounted Kubernetes Secret). One trailing newline (`\n` or
-    /// `\r\n`) is removed, because `echo secret > file` and most editors add one and the two ends
-    /// would otherwise disagree on the key; any other byte, including other whitespace, is key.
+    /// Read the key from a file (e.g. a mounted Kubernetes Secret): one line of standard base64
+    /// (padded or not) that decodes to at least [`Psk::MIN_LEN`] bytes, as `head -c 32
+    /// /dev/urandom | base64` writes it. Whitespace around it (the trailing newline) is ignored.
     ///
     /// A file others may read is refused before it is read ([`exposure`]), checked on the open
     /// file so that what is checked is what is read.
@@ -117,18 +153,31 @@ impl Psk {
                 exposure,
             });
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(read_error)?;
-        if bytes.last() == Some(&b'\n') {
-            bytes.pop();
-            if bytes.last() == Some(&b'\r') {
-                bytes.pop();
-            }
+        let mut text = Zeroizing::new(Vec::new());
+        file.read_to_end(&mut text).map_err(read_error)?;
+        let encoded = text.trim_ascii();
+        if encoded.is_empty() {
+            return Err(PskError::Empty {
+                path: Some(path.to_path_buf()),
+            });
         }
-        Self::checked(bytes, Some(path.to_path_buf()))
+        let not_base64 = || PskError::NotBase64 {
+            path: path.to_path_buf(),
+        };
+        let mut decoded = Zeroizing::new(vec![0u8; encoded.len()]);
+        let len = if encoded.ends_with(b"=") {
+            base64ct::Base64::decode(encoded, &mut decoded)
+        } else {
+            base64ct::Base64Unpadded::decode(encoded, &mut decoded)
+        }
+        .map_err(|_| not_base64())?
+        .len();
+        decoded.truncate(len);
+        Self::checked(decoded, Some(path.to_path_buf()))
     }
 
-    fn checked(bytes: Vec<u8>, path: Option<PathBuf>) -> Result<Psk, PskError> {
+    /// The key, if long enough; the bytes are wiped whatever the answer.
+    fn checked(bytes: Zeroizing<Vec<u8>>, path: Option<PathBuf>) -> Result<Psk, PskError> {
         if bytes.is_empty() {
             return Err(PskError::Empty { path });
         }
@@ -139,7 +188,7 @@ impl Psk {
                 min: Self::MIN_LEN,
             });
         }
-        Ok(Psk(Zeroizing::new(bytes)))
+        Ok(Psk(bytes))
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -229,27 +278,134 @@ impl AuthMode {
     }
 }
 
+/// Domain separation for everything the handshake derives or hashes (protocol v3).
+const CONTEXT: &[u8] = b"rdma-probe v3";
+/// HKDF-Expand labels: the proof key and the frame secret come from one HKDF-Extract of the key,
+/// so the key itself is never an HMAC key (docs/security.md, "What the pre-shared key protects").
+const PROOF_KEY_LABEL: &[u8] = b"rdma-probe v3 proof key";
+const FRAME_SECRET_LABEL: &[u8] = b"rdma-probe v3 frame secret";
+
+/// What both proofs of one handshake cover, hashed: the protocol version, the `Hello` (the
+/// prober's node name, the address it meant to reach, its nonce) and the server's nonce; the
+/// client's proof, and the frame keys, also cover the server's proofs as sent
+/// ([`Transcript::with_proofs`]). So a proof from one handshake verifies in no other, and
+/// nothing of the `Hello` can be changed on the way without the handshake failing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Transcript([u8; 32]);
+
+impl Transcript {
+    /// The transcript up to the server's nonce.
+    pub fn new(node: &str, target: &str, client_nonce: &Nonce, server_nonce: &Nonce) -> Self {
+        let mut hash = Sha256::new();
+        hash.update(CONTEXT);
+        hash.update(PROTOCOL_VERSION.to_be_bytes());
+        // Length-prefixed, so that no two (node, target) pairs hash alike.
+        for field in [node.as_bytes(), target.as_bytes()] {
+            hash.update((field.len() as u64).to_be_bytes());
+            hash.update(field);
+        }
+        hash.update(client_nonce);
+        hash.update(server_nonce);
+        Transcript(hash.finalize().into())
+    }
+
+    /// The transcript after the server's proofs, in the order they were sent.
+    pub fn with_proofs(&self, proofs: &[Proof]) -> Self {
+        let mut hash = Sha256::new();
+        hash.update(CONTEXT);
+        hash.update(self.0);
+        hash.update((proofs.len() as u64).to_be_bytes());
+        for proof in proofs {
+            hash.update(proof);
+        }
+        Transcript(hash.finalize().into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Transcript {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Transcript(..)")
+    }
+}
+
+/// The secrets one key gives: the proof key and the frame secret, from one HKDF-Extract. Wiped
+/// when dropped.
+struct Schedule {
+    proof_key: Zeroizing<[u8; 32]>,
+    frame_secret: Zeroizing<[u8; 32]>,
+}
+
+impl Schedule {
+    fn of(key: &[u8]) -> Schedule {
+        let hkdf = Hkdf::<Sha256>::new(Some(CONTEXT), key);
+        let expand = |label: &[u8]| {
+            let mut out = Zeroizing::new([0u8; 32]);
+            // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so this cannot fail.
+            hkdf.expand(label, out.as_mut())
+                .unwrap_or_else(|_| unreachable!("32 bytes is a valid HKDF-SHA256 length"));
+            out
+        };
+        Schedule {
+            proof_key: expand(PROOF_KEY_LABEL),
+            frame_secret: expand(FRAME_SECRET_LABEL),
+        }
+    }
+
+    fn mac(&self, label: &[u8], transcript: &Transcript) -> HmacSha256 {
+        // HMAC accepts keys of any length, so this cannot fail.
+        let mut mac = <HmacSha256 as Mac>::new_from_slice(self.proof_key.as_ref())
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(label);
+        mac.update(&transcript.0);
+        mac
+    }
+
+    fn server_proof(&self, transcript: &Transcript) -> Proof {
+        self.mac(SERVER_LABEL, transcript)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    fn client_proof(&self, transcript: &Transcript) -> Proof {
+        self.mac(CLIENT_LABEL, transcript)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+}
+
 /// The key both ends proved in one handshake, from which that connection's frame keys come.
 pub struct AgreedKey<'a> {
+    /// Which key: the tests check the choice.
+    #[cfg(test)]
     key: &'a [u8],
+    #[cfg(not(test))]
+    key: std::marker::PhantomData<&'a [u8]>,
+    schedule: Schedule,
     protect: bool,
 }
 
 impl AgreedKey<'_> {
-    /// The connection's frame keys, or `None` with `auth: none` (frames stay clear).
-    pub fn frame_keys(
-        &self,
-        client_nonce: &Nonce,
-        server_nonce: &Nonce,
-        role: Role,
-    ) -> Option<FrameKeys> {
-        self.protect
-            .then(|| FrameKeys::derive(self.key, client_nonce, server_nonce, role))
+    /// The connection's frame keys, bound to the whole handshake (`transcript` after the
+    /// server's proofs), or `None` with `auth: none` (frames stay clear).
+    pub fn frame_keys(&self, transcript: &Transcript, role: Role) -> Option<FrameKeys> {
+        self.protect.then(|| {
+            FrameKeys::derive(
+                self.schedule.frame_secret.as_ref(),
+                transcript.as_bytes(),
+                role,
+            )
+        })
     }
 
-    /// The client's proof for this handshake.
-    pub fn client_proof(&self, server_nonce: &Nonce, client_nonce: &Nonce) -> Proof {
-        client_proof(self.key, server_nonce, client_nonce)
+    /// The client's proof for this handshake (`transcript` after the server's proofs).
+    pub fn client_proof(&self, transcript: &Transcript) -> Proof {
+        self.schedule.client_proof(transcript)
     }
 }
 
@@ -266,37 +422,11 @@ pub fn new_nonce() -> Result<Nonce, getrandom::Error> {
     Ok(nonce)
 }
 
-fn mac(key: &[u8], label: &[u8], first: &Nonce, second: &Nonce) -> HmacSha256 {
-    // HMAC accepts keys of any length (including empty), so this cannot fail.
-    let mut mac = <HmacSha256 as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    mac.update(label);
-    mac.update(first);
-    mac.update(second);
-    mac
-}
-
-/// The server's proof for this pair of nonces under `key`.
-fn server_proof(key: &[u8], client_nonce: &Nonce, server_nonce: &Nonce) -> Proof {
-    mac(key, SERVER_LABEL, client_nonce, server_nonce)
-        .finalize()
-        .into_bytes()
-        .into()
-}
-
-/// The client's proof for this pair of nonces under `key`.
-fn client_proof(key: &[u8], server_nonce: &Nonce, client_nonce: &Nonce) -> Proof {
-    mac(key, CLIENT_LABEL, server_nonce, client_nonce)
-        .finalize()
-        .into_bytes()
-        .into()
-}
-
 /// The server's proofs, one per key it holds, in its order of preference.
-pub fn server_proofs(auth: &AuthMode, client_nonce: &Nonce, server_nonce: &Nonce) -> Vec<Proof> {
+pub fn server_proofs(auth: &AuthMode, transcript: &Transcript) -> Vec<Proof> {
     auth.keys()
         .into_iter()
-        .map(|key| server_proof(key, client_nonce, server_nonce))
+        .map(|key| Schedule::of(key).server_proof(transcript))
         .collect()
 }
 
@@ -304,44 +434,86 @@ pub fn server_proofs(auth: &AuthMode, client_nonce: &Nonce, server_nonce: &Nonce
 /// (constant-time comparisons), or `None` if the server holds none of them.
 pub fn verify_server_proofs<'a>(
     auth: &'a AuthMode,
-    client_nonce: &Nonce,
-    server_nonce: &Nonce,
+    transcript: &Transcript,
     proofs: &[Proof],
 ) -> Option<AgreedKey<'a>> {
-    auth.keys()
-        .into_iter()
-        .find(|key| {
-            proofs.iter().any(|proof| {
-                mac(key, SERVER_LABEL, client_nonce, server_nonce)
+    auth.keys().into_iter().find_map(|key| {
+        let schedule = Schedule::of(key);
+        proofs
+            .iter()
+            .any(|proof| {
+                schedule
+                    .mac(SERVER_LABEL, transcript)
                     .verify_slice(proof)
                     .is_ok()
             })
-        })
-        .map(|key| AgreedKey {
-            key,
-            protect: auth.protects_frames(),
-        })
+            .then(|| AgreedKey {
+                #[cfg(test)]
+                key,
+                #[cfg(not(test))]
+                key: std::marker::PhantomData,
+                schedule,
+                protect: auth.protects_frames(),
+            })
+    })
 }
 
 /// The server's side: the key among its own the client's proof verifies under (constant-time
-/// comparisons), or `None`.
+/// comparisons), or `None`. `transcript` is the one after the server's proofs.
 pub fn verify_client_proof<'a>(
     auth: &'a AuthMode,
-    server_nonce: &Nonce,
-    client_nonce: &Nonce,
+    transcript: &Transcript,
     proof: &Proof,
 ) -> Option<AgreedKey<'a>> {
-    auth.keys()
-        .into_iter()
-        .find(|key| {
-            mac(key, CLIENT_LABEL, server_nonce, client_nonce)
-                .verify_slice(proof)
-                .is_ok()
-        })
-        .map(|key| AgreedKey {
-            key,
-            protect: auth.protects_frames(),
-        })
+    auth.keys().into_iter().find_map(|key| {
+        let schedule = Schedule::of(key);
+        schedule
+            .mac(CLIENT_LABEL, transcript)
+            .verify_slice(proof)
+            .is_ok()
+            .then(|| AgreedKey {
+                #[cfg(test)]
+                key,
+                #[cfg(not(test))]
+                key: std::marker::PhantomData,
+                schedule,
+                protect: auth.protects_frames(),
+            })
+    })
+}
+
+/// The nonces of the handshakes this process's prober has under way: a `Hello` that carries one
+/// came back to the node that sent it ([`OwnHello`]).
+static OWN_NONCES: std::sync::Mutex<Vec<Nonce>> = std::sync::Mutex::new(Vec::new());
+
+/// A client nonce registered as this process's own while its handshake runs.
+pub struct OwnHello(Nonce);
+
+impl OwnHello {
+    pub fn register(nonce: Nonce) -> OwnHello {
+        OWN_NONCES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(nonce);
+        OwnHello(nonce)
+    }
+
+    /// Whether `nonce` is one this process's prober sent and is still waiting on.
+    pub fn is_own(nonce: &Nonce) -> bool {
+        OWN_NONCES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(nonce)
+    }
+}
+
+impl Drop for OwnHello {
+    fn drop(&mut self) {
+        let mut own = OWN_NONCES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = own.iter().position(|n| *n == self.0) {
+            own.swap_remove(at);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -375,7 +547,7 @@ mod tests {
     #[test]
     fn key_files_others_can_read_are_refused_with_the_fix() {
         use std::os::unix::fs::MetadataExt;
-        let key = b"0123456789abcdef0123\n";
+        let key = b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n";
         for mode in [0o600, 0o400] {
             let p = temp_file_with_mode(&format!("ok-{mode:o}"), key, mode);
             assert!(Psk::load(&p).is_ok(), "{mode:o}");
@@ -420,47 +592,79 @@ mod tests {
         assert!(exposure(0o100601, 1000).is_some());
     }
 
+    /// `0123456789abcdef0123456789abcdef`, base64-encoded.
+    const KEY_B64: &[u8] = b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
     #[test]
-    fn load_trims_exactly_one_trailing_newline() {
-        let p = temp_file("lf", b"0123456789abcdef\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef");
-        let p = temp_file("crlf", b"0123456789abcdef\r\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef");
-        let p = temp_file("two", b"0123456789abcdef\n\n");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef\n");
-        let p = temp_file("none", b"0123456789abcdef ");
-        assert_eq!(Psk::load(&p).unwrap().as_bytes(), b"0123456789abcdef ");
+    fn load_decodes_one_line_of_base64_padded_or_not() {
+        for (name, contents) in [
+            ("lf", [KEY_B64, b"\n"].concat()),
+            ("crlf", [KEY_B64, b"\r\n"].concat()),
+            ("bare", KEY_B64.to_vec()),
+            ("unpadded", [&KEY_B64[..KEY_B64.len() - 1], b"\n"].concat()),
+        ] {
+            let p = temp_file(name, &contents);
+            assert_eq!(Psk::load(&p).unwrap().as_bytes(), KEY, "{name}");
+        }
     }
 
     #[test]
-    fn load_rejects_empty_and_short_keys_without_printing_them() {
+    fn load_rejects_empty_short_and_old_keys_with_the_command_for_a_new_one() {
         let p = temp_file("empty", b"\n");
         let err = Psk::load(&p).unwrap_err();
         assert!(matches!(err, PskError::Empty { .. }));
         assert!(err.to_string().contains("empty"));
         assert!(err.to_string().contains(&p.display().to_string()));
 
-        let p = temp_file("short", b"hunter2\n");
+        // 16 random bytes, base64: too short.
+        let p = temp_file("short", b"aHVudGVyMmh1bnRlcjJoaQ==\n");
         let err = Psk::load(&p).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, PskError::TooShort { len: 7, .. }));
-        assert!(text.contains("7 bytes"), "{text}");
-        assert!(!text.contains("hunter2"), "{text}");
-        assert!(!format!("{err:?}").contains("hunter2"));
+        assert!(matches!(err, PskError::TooShort { len: 16, .. }), "{text}");
+        assert!(text.contains("16 bytes"), "{text}");
+        assert!(
+            text.contains("head -c 32 /dev/urandom | base64 >"),
+            "{text}"
+        );
+        assert!(!text.contains("aHVudGVy"), "{text}");
+
+        // A key file of an older version (a passphrase, any 16 bytes): refused, with the fix.
+        for old in [
+            &b"lab-psk-0123456789abcdef\n"[..],
+            b"hunter2 hunter2 hunter2 hunter2!",
+        ] {
+            let p = temp_file("old", old);
+            let err = Psk::load(&p).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, PskError::NotBase64 { .. }), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "head -c 32 /dev/urandom | base64 > {})",
+                    p.display()
+                )),
+                "{text}"
+            );
+            assert!(
+                !text.contains("hunter2") && !text.contains("lab-psk"),
+                "{text}"
+            );
+            assert!(!format!("{err:?}").contains("hunter2"));
+        }
 
         let err = Psk::load(temp_file("missing", b"").with_extension("nope")).unwrap_err();
         assert!(matches!(err, PskError::Read { .. }));
         assert!(Psk::from_bytes(Vec::new()).is_err());
+        assert!(Psk::from_bytes(&KEY[..31]).is_err());
     }
 
     #[test]
     fn debug_never_shows_the_key() {
-        let secret = Psk::from_bytes(&b"super-secret-key-material"[..]).unwrap();
+        let secret = Psk::from_bytes(&b"super-secret-key-material, 32+ bytes"[..]).unwrap();
         assert_eq!(format!("{secret:?}"), "Psk(<redacted>)");
         let mode = AuthMode::Psk(Keys::new(secret.clone(), Some(secret)));
         assert!(!format!("{mode:?}").contains("secret"));
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let agreed = verify_server_proofs(&mode, &cn, &sn, &server_proofs(&mode, &cn, &sn));
+        let t = transcript();
+        let agreed = verify_server_proofs(&mode, &t, &server_proofs(&mode, &t));
         assert_eq!(format!("{agreed:?}"), "Some(AgreedKey(<redacted>))");
     }
 
@@ -469,20 +673,26 @@ mod tests {
         assert_ne!(new_nonce().unwrap(), new_nonce().unwrap());
     }
 
+    /// The transcript of a handshake from node-a to node-b:18516 with nonces of 1s and 2s.
+    fn transcript() -> Transcript {
+        Transcript::new("node-a", "node-b:18516", &[1; 32], &[2; 32])
+    }
+
     /// Whether a client holding `client` and a server holding `server` agree on a key.
     fn agree(client: &AuthMode, server: &AuthMode) -> bool {
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let proofs = server_proofs(server, &cn, &sn);
-        let Some(key) = verify_server_proofs(client, &cn, &sn, &proofs) else {
+        let t = transcript();
+        let proofs = server_proofs(server, &t);
+        let Some(key) = verify_server_proofs(client, &t, &proofs) else {
             return false;
         };
-        let proof = key.client_proof(&sn, &cn);
-        verify_client_proof(server, &sn, &cn, &proof).is_some()
+        let t = t.with_proofs(&proofs);
+        let proof = key.client_proof(&t);
+        verify_client_proof(server, &t, &proof).is_some()
     }
 
     #[test]
     fn proofs_verify_with_the_same_key_only() {
-        let (a, b) = (psk(KEY), psk(b"another key, 16+ bytes long"));
+        let (a, b) = (psk(KEY), psk(b"another key, 32 or more bytes long"));
         assert!(agree(&a, &a));
         assert!(agree(&AuthMode::None, &AuthMode::None));
         assert!(!agree(&a, &b));
@@ -494,8 +704,8 @@ mod tests {
     #[test]
     fn either_key_of_a_rollover_is_accepted() {
         let (old, new) = (
-            &b"the old key, 16+ bytes long"[..],
-            &b"the new key, 16+ bytes long"[..],
+            &b"the old key, 32 or more bytes long"[..],
+            &b"the new key, 32 or more bytes long"[..],
         );
         let both = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         assert!(agree(&psk(old), &both));
@@ -503,7 +713,7 @@ mod tests {
         assert!(agree(&both, &psk(old)));
         assert!(agree(&both, &psk(new)));
         assert!(agree(&both, &both));
-        let neither = psk(b"neither key, 16+ bytes long");
+        let neither = psk(b"neither key, 32 or more bytes long");
         assert!(!agree(&neither, &both));
         assert!(!agree(&both, &neither));
         assert!(!agree(&AuthMode::None, &both));
@@ -512,50 +722,74 @@ mod tests {
     #[test]
     fn a_client_with_both_keys_prefers_its_first() {
         let (old, new) = (
-            &b"the old key, 16+ bytes long"[..],
-            &b"the new key, 16+ bytes long"[..],
+            &b"the old key, 32 or more bytes long"[..],
+            &b"the new key, 32 or more bytes long"[..],
         );
         let client = AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         let server = AuthMode::Psk(Keys::new(key(old), Some(key(new))));
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let agreed =
-            verify_server_proofs(&client, &cn, &sn, &server_proofs(&server, &cn, &sn)).unwrap();
+        let t = transcript();
+        let proofs = server_proofs(&server, &t);
+        let agreed = verify_server_proofs(&client, &t, &proofs).unwrap();
         assert_eq!(agreed.key, new);
         // The server finds the key the client proved, whatever its own order.
-        let proof = agreed.client_proof(&sn, &cn);
-        assert_eq!(
-            verify_client_proof(&server, &sn, &cn, &proof).unwrap().key,
-            new
-        );
+        let t = t.with_proofs(&proofs);
+        let proof = agreed.client_proof(&t);
+        assert_eq!(verify_client_proof(&server, &t, &proof).unwrap().key, new);
     }
 
     #[test]
     fn proofs_are_bound_to_role_and_nonces() {
         let a = psk(KEY);
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
-        let sp = server_proof(KEY, &cn, &sn);
-        // A server proof is not a client proof (reflection), even with the nonces swapped.
-        assert!(verify_client_proof(&a, &sn, &cn, &sp).is_none());
-        assert!(verify_client_proof(&a, &cn, &sn, &sp).is_none());
+        let t = transcript();
+        let sp = server_proofs(&a, &t)[0];
+        // A server proof is not a client proof (reflection), before or after the proofs.
+        assert!(verify_client_proof(&a, &t, &sp).is_none());
+        assert!(verify_client_proof(&a, &t.with_proofs(&[sp]), &sp).is_none());
         // Another nonce on either side invalidates it (replay).
-        assert!(verify_server_proofs(&a, &[3; 32], &sn, &[sp]).is_none());
-        assert!(verify_server_proofs(&a, &cn, &[3; 32], &[sp]).is_none());
+        let other_cn = Transcript::new("node-a", "node-b:18516", &[3; 32], &[2; 32]);
+        let other_sn = Transcript::new("node-a", "node-b:18516", &[1; 32], &[3; 32]);
+        assert!(verify_server_proofs(&a, &other_cn, &[sp]).is_none());
+        assert!(verify_server_proofs(&a, &other_sn, &[sp]).is_none());
         let mut flipped = sp;
         flipped[31] ^= 1;
-        assert!(verify_server_proofs(&a, &cn, &sn, &[flipped]).is_none());
-        assert!(verify_server_proofs(&a, &cn, &sn, &[flipped, sp]).is_some());
+        assert!(verify_server_proofs(&a, &t, &[flipped]).is_none());
+        assert!(verify_server_proofs(&a, &t, &[flipped, sp]).is_some());
+    }
+
+    #[test]
+    fn proofs_cover_the_node_the_target_and_the_server_proofs() {
+        let a = psk(KEY);
+        let t = transcript();
+        let sp = server_proofs(&a, &t);
+        // The Hello's node name and the address the prober meant to reach, changed on the way,
+        // or shifted between the two fields: the server's proof does not verify.
+        for changed in [
+            Transcript::new("node-x", "node-b:18516", &[1; 32], &[2; 32]),
+            Transcript::new("node-a", "node-p:18516", &[1; 32], &[2; 32]),
+            Transcript::new("node-an", "ode-b:18516", &[1; 32], &[2; 32]),
+        ] {
+            assert!(verify_server_proofs(&a, &changed, &sp).is_none());
+        }
+        // The client's proof covers the server's proofs as the client saw them: a proof dropped
+        // on the way (of two, during a rollover) fails the handshake.
+        let both = AuthMode::Psk(Keys::new(
+            key(KEY),
+            Some(key(b"the old key, 32 or more bytes long")),
+        ));
+        let sent = server_proofs(&both, &t);
+        let seen = &sent[..1];
+        let agreed = verify_server_proofs(&a, &t, seen).unwrap();
+        let proof = agreed.client_proof(&t.with_proofs(seen));
+        assert!(verify_client_proof(&both, &t.with_proofs(&sent), &proof).is_none());
+        assert!(verify_client_proof(&both, &t.with_proofs(seen), &proof).is_some());
     }
 
     #[test]
     fn frames_are_protected_except_with_auth_none() {
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        let t = transcript();
         for (mode, protected) in [(psk(KEY), true), (AuthMode::None, false)] {
-            let agreed =
-                verify_server_proofs(&mode, &cn, &sn, &server_proofs(&mode, &cn, &sn)).unwrap();
-            assert_eq!(
-                agreed.frame_keys(&cn, &sn, Role::Prober).is_some(),
-                protected
-            );
+            let agreed = verify_server_proofs(&mode, &t, &server_proofs(&mode, &t)).unwrap();
+            assert_eq!(agreed.frame_keys(&t, Role::Prober).is_some(), protected);
         }
     }
 
@@ -565,20 +799,24 @@ mod tests {
 
     #[test]
     fn matches_vectors_from_an_independent_implementation() {
-        // Computed with Python's hmac/hashlib, so another implementation of the protocol (or a
+        // Computed with Python's hmac/hashlib (HKDF written out from RFC 5869) from the
+        // construction in the module docs, so another implementation of the protocol (or a
         // refactor of this one) can check itself against the same bytes.
-        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        let t = transcript();
+        let mode = psk(KEY);
+        let sp = server_proofs(&mode, &t);
         assert_eq!(
-            hex(&server_proof(KEY, &cn, &sn)),
-            "7b7a0c3f5aea2f7ea5f98cd7255ecb3c0f5ba264ec2abebfa908303fdce175d2"
+            hex(&sp[0]),
+            "65f86866768f005d31a8126a132310551be5ba3cc8b829c8b4174a38fac79e3e"
+        );
+        let agreed = verify_server_proofs(&mode, &t, &sp).unwrap();
+        assert_eq!(
+            hex(&agreed.client_proof(&t.with_proofs(&sp))),
+            "3d9886ee4fe1510b1759f449857b5c4f3f7ad722d51380b22c132d85ded59717"
         );
         assert_eq!(
-            hex(&client_proof(KEY, &sn, &cn)),
-            "5aebb3526f6fed5a21d44309bad331a86e8a0871d1ae4f1092e4d2a251b01cd4"
-        );
-        assert_eq!(
-            hex(&server_proofs(&AuthMode::None, &cn, &sn)[0]),
-            "276dcf324baae7a35bab3a74719fdf3cebd5ec5cb4ca3d2e60bf8f8e0494dbc6"
+            hex(&server_proofs(&AuthMode::None, &t)[0]),
+            "f5eaf74bc16553775e60a999b220014d0141e756b182764388d64b28a80871d6"
         );
     }
 }

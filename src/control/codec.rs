@@ -39,7 +39,7 @@ use super::message::{escape_unsafe_chars, object_form, Message};
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"RPXC";
 /// The control protocol version this build speaks. Bump on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Size of the fixed frame header.
 pub const HEADER_LEN: usize = 12;
 /// Largest frame (header + payload) either side sends or accepts. The biggest legitimate message,
@@ -278,6 +278,7 @@ pub(crate) mod tests {
         vec![
             Message::Hello {
                 node: "node-a".into(),
+                target: "node-b:18516".into(),
                 client_nonce: [7; 32],
             },
             Message::Challenge {
@@ -419,6 +420,7 @@ pub(crate) mod tests {
     fn payload_is_tagged_json_with_hex_bytes() {
         let bytes = encode(&Message::Hello {
             node: "n".into(),
+            target: "t:1".into(),
             client_nonce: [0xab; 32],
         })
         .unwrap();
@@ -471,22 +473,25 @@ pub(crate) mod tests {
 
     #[test]
     fn version_mismatch_names_both_versions() {
-        let bytes = encode_with_version(&Message::Close, 3).unwrap();
+        let (ours, theirs) = (PROTOCOL_VERSION, PROTOCOL_VERSION + 1);
+        let bytes = encode_with_version(&Message::Close, theirs).unwrap();
         let err = decode(&bytes).unwrap_err();
-        assert_eq!(err, CodecError::UnsupportedVersion { ours: 2, theirs: 3 });
-        assert!(err
-            .to_string()
-            .contains("peer speaks control protocol v3, we speak v2"));
+        assert_eq!(err, CodecError::UnsupportedVersion { ours, theirs });
+        assert!(err.to_string().contains(&format!(
+            "peer speaks control protocol v{theirs}, we speak v{ours}"
+        )));
         // Detected from the header alone, without waiting for the payload.
         assert!(matches!(
             decode(&bytes[..HEADER_LEN]),
             Err(CodecError::UnsupportedVersion { .. })
         ));
         // And the other way round: a v1 build (before frames were protected) reading ours.
-        let ours = encode(&Message::Close).unwrap();
-        let err = decode_with_version(&ours, 1).unwrap_err().to_string();
+        let frame = encode(&Message::Close).unwrap();
+        let err = decode_with_version(&frame, 1).unwrap_err().to_string();
         assert!(
-            err.contains("peer speaks control protocol v2, we speak v1"),
+            err.contains(&format!(
+                "peer speaks control protocol v{ours}, we speak v1"
+            )),
             "{err}"
         );
     }
@@ -684,6 +689,7 @@ pub(crate) mod tests {
         assert!(encode(&Message::SessionAccept(bad)).is_err());
         assert!(encode(&Message::Hello {
             node: String::new(),
+            target: "t:1".into(),
             client_nonce: [0; 32]
         })
         .is_err());
@@ -934,6 +940,7 @@ pub(crate) mod tests {
         };
         let hello = |name: &str| Message::Hello {
             node: name.into(),
+            target: "t:1".into(),
             client_nonce: [7; 32],
         };
         let Message::SessionAccept(good_accept) = all_messages()[6].clone() else {

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
-use super::auth::{self, AuthMode};
+use super::auth::{self, AuthMode, OwnHello, Transcript};
 use super::codec::{self, CodecError};
 use super::message::{Identity, Message};
 use super::seal::{FrameKeys, Role, SealError};
@@ -70,6 +70,13 @@ pub enum ControlError {
     /// The peer failed our authentication check.
     #[error("authentication failed: {0}")]
     Auth(&'static str),
+    /// This process's own prober reached this responder through a connection meant for another
+    /// address: refused, so that it does not take the peer for this node.
+    #[error(
+        "a connection meant for {target} came back to the node that opened it (redirected on \
+         the way?): refused"
+    )]
+    Redirected { target: String },
     /// No nonce could be drawn from the operating system.
     #[error("cannot generate a nonce: {0}")]
     Random(getrandom::Error),
@@ -99,9 +106,10 @@ impl ControlError {
                 ErrorReason::Connect
             }
             ControlError::Timeout { .. } => ErrorReason::Timeout,
-            ControlError::Codec(_) | ControlError::Unexpected { .. } | ControlError::Broken => {
-                ErrorReason::Protocol
-            }
+            ControlError::Codec(_)
+            | ControlError::Unexpected { .. }
+            | ControlError::Broken
+            | ControlError::Redirected { .. } => ErrorReason::Protocol,
             ControlError::Auth(_) | ControlError::Random(_) | ControlError::Integrity(_) => {
                 ErrorReason::Auth
             }
@@ -141,6 +149,9 @@ impl From<SealError> for ControlError {
 pub struct Connection {
     stream: TcpStream,
     peer: Option<SocketAddr>,
+    /// What [`connect`] was asked to reach (`host:port`), or the peer's address for an accepted
+    /// or wrapped stream: the prober's `Hello.target`.
+    target: String,
     /// This connection's frame keys, from the end of the handshake on (`None` before it, and for
     /// good with `auth: none`): every frame sent is sealed, every frame received must open.
     keys: Option<FrameKeys>,
@@ -170,10 +181,12 @@ pub async fn connect(addr: &str, deadline: Duration) -> Result<Connection, Contr
         }
         Ok(Ok(stream)) => stream,
     };
-    Connection::new(stream).map_err(|source| ControlError::Connect {
+    let mut conn = Connection::new(stream).map_err(|source| ControlError::Connect {
         addr: addr.to_string(),
         source,
-    })
+    })?;
+    conn.target = addr.to_string();
+    Ok(conn)
 }
 
 /// TCP keepalive on control connections. The channel is silent while a burst runs, so a peer
@@ -220,6 +233,7 @@ impl Connection {
         Ok(Connection {
             stream,
             peer,
+            target: peer.map(|p| p.to_string()).unwrap_or_default(),
             keys: None,
             buf: Vec::new(),
             rx_broken: false,
@@ -437,8 +451,13 @@ pub async fn client_handshake(
 ) -> Result<Option<Identity>, ControlError> {
     let until = Instant::now() + deadline;
     let client_nonce = auth::new_nonce().map_err(ControlError::Random)?;
+    // While this handshake runs, this process's responder refuses a Hello with this nonce that
+    // was not meant for it (a connection redirected back here).
+    let _own = OwnHello::register(client_nonce);
+    let target = conn.target.clone();
     let hello = Message::Hello {
         node: node_name.to_string(),
+        target: target.clone(),
         client_nonce,
     };
     conn.send_before(&hello, until, deadline).await?;
@@ -450,19 +469,20 @@ pub async fn client_handshake(
         } => (server_nonce, server_proofs),
         other => return Err(ControlError::unexpected("challenge", other)),
     };
-    let Some(key) = auth::verify_server_proofs(auth, &client_nonce, &server_nonce, &server_proofs)
-    else {
+    let transcript = Transcript::new(node_name, &target, &client_nonce, &server_nonce);
+    let Some(key) = auth::verify_server_proofs(auth, &transcript, &server_proofs) else {
         conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
             .await;
         return Err(ControlError::Auth(
-            "the responder's proof did not verify (different pre-shared key, or auth: none on one side only)",
+            "the responder's proof did not verify (different pre-shared key, auth: none on one side only, or the handshake was changed on the way)",
         ));
     };
 
-    let client_proof = key.client_proof(&server_nonce, &client_nonce);
+    let transcript = transcript.with_proofs(&server_proofs);
+    let client_proof = key.client_proof(&transcript);
     conn.send_before(&Message::Authenticate { client_proof }, until, deadline)
         .await?;
-    conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Prober);
+    conn.keys = key.frame_keys(&transcript, Role::Prober);
     match conn.recv_before(until, deadline).await? {
         Message::AuthOk { identity } => Ok(identity),
         other => Err(ControlError::unexpected("auth_ok", other)),
@@ -484,8 +504,12 @@ pub async fn server_handshake(
     deadline: Duration,
 ) -> Result<String, ControlError> {
     let until = Instant::now() + deadline;
-    let (node, client_nonce) = match conn.recv_before(until, deadline).await {
-        Ok(Message::Hello { node, client_nonce }) => (node, client_nonce),
+    let (node, target, client_nonce) = match conn.recv_before(until, deadline).await {
+        Ok(Message::Hello {
+            node,
+            target,
+            client_nonce,
+        }) => (node, target, client_nonce),
         Ok(other) => {
             let err = ControlError::unexpected("hello", other);
             if matches!(err, ControlError::Unexpected { .. }) {
@@ -502,10 +526,26 @@ pub async fn server_handshake(
         Err(err) => return Err(err),
     };
 
+    // This process's own prober sent this Hello, for an address that is not this node: the
+    // connection was redirected back here. Answering would make the prober believe the peer is
+    // this node and skip its paths (docs/security.md, "Redirected connections").
+    if OwnHello::is_own(&client_nonce) {
+        let local = conn.stream.local_addr().ok();
+        if !designates(&target, local, identity.map(|i| i.node.as_str())) {
+            let err = ControlError::Redirected { target };
+            conn.send_error_best_effort(ErrorReason::Protocol, &err.to_string())
+                .await;
+            return Err(err);
+        }
+    }
+
     let server_nonce = auth::new_nonce().map_err(ControlError::Random)?;
+    let transcript = Transcript::new(&node, &target, &client_nonce, &server_nonce);
+    let server_proofs = auth::server_proofs(auth, &transcript);
+    let transcript = transcript.with_proofs(&server_proofs);
     let challenge = Message::Challenge {
         server_nonce,
-        server_proofs: auth::server_proofs(auth, &client_nonce, &server_nonce),
+        server_proofs,
     };
     conn.send_before(&challenge, until, deadline).await?;
 
@@ -513,20 +553,39 @@ pub async fn server_handshake(
         Message::Authenticate { client_proof } => client_proof,
         other => return Err(ControlError::unexpected("authenticate", other)),
     };
-    let Some(key) = auth::verify_client_proof(auth, &server_nonce, &client_nonce, &client_proof)
-    else {
+    let Some(key) = auth::verify_client_proof(auth, &transcript, &client_proof) else {
         conn.send_error_best_effort(ErrorReason::Auth, "authentication failed")
             .await;
         return Err(ControlError::Auth(
             "the prober's proof did not verify (different pre-shared key, or auth: none on one side only)",
         ));
     };
-    conn.keys = key.frame_keys(&client_nonce, &server_nonce, Role::Responder);
+    conn.keys = key.frame_keys(&transcript, Role::Responder);
     let auth_ok = Message::AuthOk {
         identity: identity.cloned(),
     };
     conn.send_before(&auth_ok, until, deadline).await?;
     Ok(node)
+}
+
+/// Whether `target` (a `host:port` a prober dialed) names this node: its node name, a loopback
+/// host, or the address the connection arrived on.
+fn designates(target: &str, local: Option<SocketAddr>, node: Option<&str>) -> bool {
+    let host = match target.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => host,
+        _ => target,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if Some(host) == node || host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => {
+            let ip = ip.to_canonical();
+            ip.is_loopback() || local.is_some_and(|l| l.ip().to_canonical() == ip)
+        }
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -607,7 +666,7 @@ mod tests {
 
     #[tokio::test]
     async fn same_psk_authenticates_and_session_messages_flow() {
-        let key = "a shared key of enough length";
+        let key = "a shared key of enough length, 32+";
         let (client, server) = handshake(psk(key), psk(key)).await;
         let mut client = client.unwrap();
         let (mut server, node) = server.unwrap();
@@ -671,11 +730,17 @@ mod tests {
     async fn different_psk_fails_with_auth_on_both_sides() {
         for (c, s) in [
             (
-                psk("the client's key, long enough"),
-                psk("the server's key, long enough"),
+                psk("the client's key, long enough, 32+ bytes"),
+                psk("the server's key, long enough, 32+ bytes"),
             ),
-            (AuthMode::None, psk("the server's key, long enough")),
-            (psk("the client's key, long enough"), AuthMode::None),
+            (
+                AuthMode::None,
+                psk("the server's key, long enough, 32+ bytes"),
+            ),
+            (
+                psk("the client's key, long enough, 32+ bytes"),
+                AuthMode::None,
+            ),
         ] {
             let (client, server) = handshake(c, s).await;
             let client = client.unwrap_err();
@@ -697,7 +762,7 @@ mod tests {
             let identity = responder_identity();
             server_handshake(
                 &mut conn,
-                &psk("the server's key, long enough"),
+                &psk("the server's key, long enough, 32+ bytes"),
                 Some(&identity),
                 DEADLINE,
             )
@@ -706,6 +771,7 @@ mod tests {
         let mut conn = connect(&addr, DEADLINE).await.unwrap();
         conn.send(
             &Message::Hello {
+                target: "node-b:18516".into(),
                 node: "mallory".into(),
                 client_nonce: [0; 32],
             },
@@ -806,7 +872,7 @@ mod tests {
             let mut conn = Connection::new(s).unwrap();
             server_handshake(
                 &mut conn,
-                &psk("a shared key of enough length"),
+                &psk("a shared key of enough length, 32+"),
                 None,
                 DEADLINE,
             )
@@ -815,6 +881,7 @@ mod tests {
         // Act as a v1 prober (frames in clear after the handshake): raw stream, v1 frame.
         let mut raw = TcpStream::connect(&addr).await.unwrap();
         let hello = Message::Hello {
+            target: "node-b:18516".into(),
             node: "old-node".into(),
             client_nonce: [1; 32],
         };
@@ -826,10 +893,11 @@ mod tests {
 
         let server = server.await.unwrap().unwrap_err();
         assert_eq!(server.reason(), ErrorReason::Protocol);
+        let ours = PROTOCOL_VERSION;
         assert!(
-            server
-                .to_string()
-                .contains("peer speaks control protocol v1, we speak v2: upgrade the older side"),
+            server.to_string().contains(&format!(
+                "peer speaks control protocol v1, we speak v{ours}: upgrade the older side"
+            )),
             "{server}"
         );
         // The answer is a clear frame of our version that says the same; the v1 build's decoder
@@ -838,21 +906,24 @@ mod tests {
         match decode(&reply).unwrap().unwrap().0 {
             Message::Error { reason, message } => {
                 assert_eq!(reason, ErrorReason::Protocol);
-                assert!(message.contains("peer speaks control protocol v1, we speak v2"));
+                assert!(message.contains(&format!(
+                    "peer speaks control protocol v1, we speak v{ours}"
+                )));
             }
             other => panic!("expected an error, got {other:?}"),
         }
         let old_view = codec::decode_with_version(&reply, 1).unwrap_err();
-        assert!(old_view
-            .to_string()
-            .contains("peer speaks control protocol v2, we speak v1"));
+        assert!(old_view.to_string().contains(&format!(
+            "peer speaks control protocol v{ours}, we speak v1"
+        )));
     }
 
     #[tokio::test]
     async fn client_reports_an_older_or_newer_server_clearly() {
-        for theirs in [1u16, 3] {
-            // The server answers in its own version: a v1 responder sends Error{protocol} in a
-            // v1 frame when it reads our v2 hello; a v3 one whatever v3 sends.
+        let ours = PROTOCOL_VERSION;
+        for theirs in [ours - 1, ours + 1] {
+            // The server answers in its own version: an older responder sends Error{protocol} in
+            // a frame of its version when it reads our hello; a newer one whatever it sends.
             let (l, addr) = listener().await;
             let server = tokio::spawn(async move {
                 let (mut s, _) = l.accept().await.unwrap();
@@ -860,7 +931,7 @@ mod tests {
                 let _ = s.read(&mut buf).await.unwrap();
                 let answer = Message::Error {
                     reason: ErrorReason::Protocol,
-                    message: format!("peer speaks control protocol v2, we speak v{theirs}"),
+                    message: format!("peer speaks control protocol v{ours}, we speak v{theirs}"),
                 };
                 s.write_all(&encode_with_version(&answer, theirs).unwrap())
                     .await
@@ -871,16 +942,68 @@ mod tests {
             let err = client_handshake(
                 &mut conn,
                 "node-a",
-                &psk("a shared key of enough length"),
+                &psk("a shared key of enough length, 32+"),
                 DEADLINE,
             )
             .await
             .unwrap_err();
             assert_eq!(err.reason(), ErrorReason::Protocol);
-            let expected = format!("peer speaks control protocol v{theirs}, we speak v2");
+            let expected = format!("peer speaks control protocol v{theirs}, we speak v{ours}");
             assert!(err.to_string().contains(&expected), "{err}");
             drop(server.await.unwrap());
         }
+    }
+
+    /// A prober's connection meant for another node that comes back to this process's own
+    /// responder (redirected on the way) is refused, not answered with this node's identity;
+    /// the same prober reaching this node by its own address is served.
+    #[tokio::test]
+    async fn a_connection_redirected_back_to_its_own_node_is_refused() {
+        for (target, refused) in [
+            ("node-t:18516", true),
+            ("192.0.2.12:18516", true),
+            ("node-secret-name:18516", false),
+            ("", false),
+        ] {
+            let (l, addr) = listener().await;
+            let server = tokio::spawn(async move {
+                let (stream, _) = l.accept().await.unwrap();
+                let mut conn = Connection::new(stream).unwrap();
+                let identity = responder_identity();
+                server_handshake(&mut conn, &psk(KEY), Some(&identity), DEADLINE).await
+            });
+            let mut conn = connect(&addr, DEADLINE).await.unwrap();
+            if !target.is_empty() {
+                // What a redirect does: the prober dialed `target`, the bytes reach us.
+                conn.target = target.into();
+            }
+            let client = client_handshake(&mut conn, "node-p", &psk(KEY), DEADLINE).await;
+            let server = server.await.unwrap();
+            if refused {
+                let err = server.unwrap_err();
+                assert!(matches!(err, ControlError::Redirected { .. }), "{err}");
+                let err = client.unwrap_err();
+                assert_eq!(err.reason(), ErrorReason::Protocol, "{err}");
+                assert!(err.to_string().contains(target), "{err}");
+            } else {
+                assert_eq!(server.unwrap(), "node-p", "{target}");
+                assert_eq!(client.unwrap().unwrap().node, "node-secret-name");
+            }
+        }
+        // Another process's prober (its nonce is not ours) naming another target is no redirect
+        // this responder can tell: served.
+        assert!(!OwnHello::is_own(&[9; 32]));
+        assert!(designates("[::1]:18516", None, None));
+        assert!(designates(
+            "10.0.0.1:18516",
+            Some("10.0.0.1:40000".parse().unwrap()),
+            None
+        ));
+        assert!(!designates(
+            "10.0.0.2:18516",
+            Some("10.0.0.1:40000".parse().unwrap()),
+            Some("node-p")
+        ));
     }
 
     /// What a man in the middle does to each frame the prober sends: given the frame's index
@@ -926,7 +1049,7 @@ mod tests {
         addr
     }
 
-    const KEY: &str = "a shared key of enough length";
+    const KEY: &str = "a shared key of enough length, 32+";
 
     /// A responder that authenticates one prober and then reads messages until an error, which
     /// it returns with the messages it read before.
@@ -1192,9 +1315,9 @@ mod tests {
         use crate::control::auth::Keys;
         let key = |k: &str| Psk::from_bytes(k.as_bytes()).unwrap();
         let (old, new, other) = (
-            "the old key, long enough",
-            "the new key, long enough",
-            "neither key, long enough",
+            "the old key, long enough, 32+ bytes",
+            "the new key, long enough, 32+ bytes",
+            "neither key, long enough, 32+ bytes",
         );
         let both = || AuthMode::Psk(Keys::new(key(new), Some(key(old))));
         for (prober, ok) in [

@@ -61,6 +61,15 @@ pub const MAX_QPS: u32 = 64;
 pub const MAX_MESSAGE_SIZE: u64 = 1 << 31;
 /// Longest node or device name accepted (DNS names and Kubernetes node names fit in 253).
 pub const MAX_NAME_LEN: usize = 255;
+/// Longest `BurstStart.deadline_ms` a responder accepts: the longest burst a prober can plan
+/// (`burst::plan::MAX_BURST_DURATION`, a count burst's deadline being twice its planned length)
+/// plus 10 minutes of control timeout. A longer one would let one prober hold a device's burst
+/// slot, and every other prober get `busy`, for as long as it likes.
+pub const MAX_DEADLINE_MS: u64 = (crate::burst::plan::MAX_BURST_DURATION.as_millis() as u64)
+    * crate::burst::run::DEADLINE_FACTOR as u64
+    + 10 * 60 * 1000;
+/// Longest `Hello.target`: a DNS name (253) with `:` and a port.
+pub const MAX_TARGET_LEN: usize = 253 + 6;
 /// Path MTUs that exist in InfiniBand/RoCE (`ibv_mtu`), in bytes.
 pub const VALID_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 /// Most keys a node holds at once: its key and, during a rollover, the previous one
@@ -100,8 +109,12 @@ pub const MAX_LABEL_VALUE_CHARS: usize = 253;
 pub enum Message {
     /// Client → server, first message. Carries nothing secret.
     Hello {
-        /// The prober's node name (for logs and the responder's `peer` label).
+        /// The prober's node name (for logs and the responder's `peer` label). Covered by both
+        /// proofs (the handshake's transcript, `auth.rs`).
         node: String,
+        /// The address the prober meant to reach (`host:port`, as it dialed it). Covered by both
+        /// proofs, so a responder can tell a connection redirected to it from one meant for it.
+        target: String,
         /// Fresh random nonce; binds the server's proof to this connection.
         #[serde(with = "hex_array")]
         client_nonce: Nonce,
@@ -111,7 +124,7 @@ pub enum Message {
     Challenge {
         #[serde(with = "hex_array")]
         server_nonce: Nonce,
-        /// `HMAC-SHA256(psk, "rdma-probe server" || client_nonce || server_nonce)`, one per key the
+        /// `HMAC-SHA256(proof_key, "rdma-probe server" || transcript)` (`auth.rs`), one per key the
         /// server holds (1..=[`MAX_KEYS`]: two during a key rollover), so a client holding either
         /// key can check the server before the server knows which key the client has.
         #[serde(with = "hex_list")]
@@ -119,7 +132,7 @@ pub enum Message {
     },
     /// Client → server: the client's proof of the key.
     Authenticate {
-        /// `HMAC-SHA256(psk, "rdma-probe client" || server_nonce || client_nonce)`.
+        /// `HMAC-SHA256(proof_key, "rdma-probe client" || transcript with the server's proofs)`.
         #[serde(with = "hex_array")]
         client_proof: Proof,
     },
@@ -452,7 +465,10 @@ impl Message {
     /// Called by the codec on both encode and decode, so callers never need to call it themselves.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Message::Hello { node, .. } => check_name("hello.node", node),
+            Message::Hello { node, target, .. } => {
+                check_name("hello.node", node)?;
+                check_name_up_to("hello.target", target, MAX_TARGET_LEN)
+            }
             Message::Challenge { server_proofs, .. }
                 if server_proofs.is_empty() || server_proofs.len() > MAX_KEYS =>
             {
@@ -473,6 +489,12 @@ impl Message {
                 ))
             }
             Message::BurstResult(r) => r.validate(),
+            Message::BurstStart {
+                deadline_ms: Some(ms),
+                ..
+            } if *ms > MAX_DEADLINE_MS => Err(format!(
+                "burst_start.deadline_ms is {ms}, at most {MAX_DEADLINE_MS} allowed"
+            )),
             _ => Ok(()),
         }
     }
@@ -617,12 +639,16 @@ impl BurstResult {
 
 /// Names become log fields and label values; see "Text from the peer" in the module docs.
 fn check_name(field: &str, name: &str) -> Result<(), String> {
+    check_name_up_to(field, name, MAX_NAME_LEN)
+}
+
+fn check_name_up_to(field: &str, name: &str, max: usize) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("{field} is empty"));
     }
-    if name.len() > MAX_NAME_LEN {
+    if name.len() > max {
         return Err(format!(
-            "{field} is {} bytes long, at most {MAX_NAME_LEN} allowed",
+            "{field} is {} bytes long, at most {max} allowed",
             name.len()
         ));
     }
@@ -906,10 +932,39 @@ mod tests {
         // A name is never rewritten, only rejected: escaping it would make another name.
         let mut hello = Message::Hello {
             node: "a\u{1b}b".into(),
+            target: "t:1".into(),
             client_nonce: [0; 32],
         };
         hello.escape_free_text();
         assert!(matches!(&hello, Message::Hello { node, .. } if node == "a\u{1b}b"));
         assert!(hello.validate().is_err());
+    }
+
+    #[test]
+    fn a_burst_deadline_beyond_the_longest_burst_is_refused() {
+        let start = |deadline_ms| Message::BurstStart {
+            burst_id: 1,
+            seed: 2,
+            deadline_ms,
+        };
+        assert!(start(None).validate().is_ok());
+        assert!(start(Some(MAX_DEADLINE_MS)).validate().is_ok());
+        // An hour-long burst's deadline fits.
+        assert!(start(Some(2 * 3600 * 1000 + 30_000)).validate().is_ok());
+        for ms in [MAX_DEADLINE_MS + 1, u64::MAX] {
+            let err = start(Some(ms)).validate().unwrap_err();
+            assert!(err.contains("burst_start.deadline_ms"), "{err}");
+            // Refused where the responder reads it, before it takes the device's burst slot.
+            let frame = crate::control::codec::encode_with_version(
+                &Message::Close,
+                crate::control::codec::PROTOCOL_VERSION,
+            )
+            .unwrap();
+            let json = serde_json::to_vec(&start(Some(ms))).unwrap();
+            let mut raw = frame[..crate::control::codec::HEADER_LEN].to_vec();
+            raw[8..12].copy_from_slice(&(json.len() as u32).to_be_bytes());
+            raw.extend_from_slice(&json);
+            assert!(crate::control::codec::decode(&raw).is_err());
+        }
     }
 }

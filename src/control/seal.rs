@@ -3,9 +3,9 @@
 //! numbers, rkeys and addresses of a session or forge, replay, reorder or drop a frame unseen.
 //!
 //! ```text
-//! prk                = HKDF-Extract(salt = client_nonce || server_nonce, ikm = psk)
-//! prober_to_resp key = HKDF-Expand(prk, "rdma-probe v2 prober to responder", 32)
-//! resp_to_prober key = HKDF-Expand(prk, "rdma-probe v2 responder to prober", 32)
+//! prk                = HKDF-Extract(salt = transcript, ikm = frame_secret)   (auth.rs)
+//! prober_to_resp key = HKDF-Expand(prk, "rdma-probe v3 prober to responder", 32)
+//! resp_to_prober key = HKDF-Expand(prk, "rdma-probe v3 responder to prober", 32)
 //! frame n            = header(flags = PROTECTED, length = |ciphertext| + 16)
 //!                      || ChaCha20-Poly1305(key, nonce = 0u32 || n as u64 BE, aad = header, json)
 //! ```
@@ -35,15 +35,15 @@ use thiserror::Error;
 use zeroize::Zeroizing;
 
 use super::codec::{self, CodecError, FrameFlags, MAX_PAYLOAD_LEN};
-use super::message::{Message, Nonce};
+use super::message::Message;
 
 /// Bytes the authentication tag adds to every protected frame.
 pub const TAG_LEN: usize = 16;
 /// Largest JSON payload of a protected frame: the frame limit less the header and the tag.
 pub const MAX_SEALED_JSON_LEN: usize = MAX_PAYLOAD_LEN - TAG_LEN;
 
-const PROBER_TO_RESPONDER: &[u8] = b"rdma-probe v2 prober to responder";
-const RESPONDER_TO_PROBER: &[u8] = b"rdma-probe v2 responder to prober";
+const PROBER_TO_RESPONDER: &[u8] = b"rdma-probe v3 prober to responder";
+const RESPONDER_TO_PROBER: &[u8] = b"rdma-probe v3 responder to prober";
 
 /// Which end of the connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +86,11 @@ pub struct FrameKeys {
 }
 
 impl FrameKeys {
-    /// The keys both ends derive from the key the handshake proved and both nonces; `role` says
-    /// which direction this side sends in.
-    pub fn derive(psk: &[u8], client_nonce: &Nonce, server_nonce: &Nonce, role: Role) -> FrameKeys {
-        let mut salt = [0u8; 64];
-        salt[..32].copy_from_slice(client_nonce);
-        salt[32..].copy_from_slice(server_nonce);
-        let hkdf = Hkdf::<Sha256>::new(Some(&salt), psk);
+    /// The keys both ends derive from the secret of the key the handshake proved and the
+    /// handshake's transcript (which covers both nonces); `role` says which direction this side
+    /// sends in.
+    pub fn derive(secret: &[u8], transcript: &[u8; 32], role: Role) -> FrameKeys {
+        let hkdf = Hkdf::<Sha256>::new(Some(transcript), secret);
         let cipher = |label: &[u8]| {
             let mut key = Zeroizing::new([0u8; 32]);
             // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so this cannot fail.
@@ -234,14 +232,14 @@ pub(crate) mod tests {
     use crate::control::codec::{decode, encode, HEADER_LEN};
 
     pub(crate) const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
-    const CN: Nonce = [1; 32];
-    const SN: Nonce = [2; 32];
+    /// A handshake transcript (auth.rs), for the tests.
+    const TRANSCRIPT: [u8; 32] = [1; 32];
 
     /// Both ends of one connection: (prober, responder).
     pub(crate) fn pair(key: &[u8]) -> (FrameKeys, FrameKeys) {
         (
-            FrameKeys::derive(key, &CN, &SN, Role::Prober),
-            FrameKeys::derive(key, &CN, &SN, Role::Responder),
+            FrameKeys::derive(key, &TRANSCRIPT, Role::Prober),
+            FrameKeys::derive(key, &TRANSCRIPT, Role::Responder),
         )
     }
 
@@ -249,19 +247,18 @@ pub(crate) mod tests {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The key and nonces of the `control_sealed` fuzz target (fuzz/fuzz_targets/control_sealed.rs
-    /// has the same).
+    /// The secret and transcript of the `control_sealed` fuzz target
+    /// (fuzz/fuzz_targets/control_sealed.rs has the same).
     pub(crate) const FUZZ_KEY: &[u8] = b"rdma-probe fuzz key of 32 bytes!";
-    pub(crate) const FUZZ_NONCES: (Nonce, Nonce) = ([0x11; 32], [0x22; 32]);
+    pub(crate) const FUZZ_TRANSCRIPT: [u8; 32] = [0x11; 32];
     /// Most frames one fuzz input is read as.
     const FUZZ_FRAMES: usize = 16;
 
     /// The responder's end and the prober's end of the fuzz target's connection.
     fn fuzz_keys() -> (FrameKeys, FrameKeys) {
-        let (cn, sn) = FUZZ_NONCES;
         (
-            FrameKeys::derive(FUZZ_KEY, &cn, &sn, Role::Responder),
-            FrameKeys::derive(FUZZ_KEY, &cn, &sn, Role::Prober),
+            FrameKeys::derive(FUZZ_KEY, &FUZZ_TRANSCRIPT, Role::Responder),
+            FrameKeys::derive(FUZZ_KEY, &FUZZ_TRANSCRIPT, Role::Prober),
         )
     }
 
@@ -474,7 +471,7 @@ pub(crate) mod tests {
             other_key.opener.open(&frame),
             Err(SealError::Forged { .. })
         ));
-        let mut other_connection = FrameKeys::derive(KEY, &CN, &[3; 32], Role::Responder);
+        let mut other_connection = FrameKeys::derive(KEY, &[3; 32], Role::Responder);
         assert!(matches!(
             other_connection.opener.open(&frame),
             Err(SealError::Forged { .. })
@@ -573,8 +570,8 @@ pub(crate) mod tests {
         assert_eq!(hex(&frame), EXPECTED_AUTH_OK_FRAME);
     }
 
-    const EXPECTED_CLOSE_FRAME: &str = "525058430002000100000020\
-        f751e56d8ab0a33032cf2f46bb03f04a6c5c09cfb61e1e2f34c602ccf2d32b4d";
-    const EXPECTED_AUTH_OK_FRAME: &str = "525058430002000100000022\
-        d9cfe60ff07c703cfb3977b89562bc9a89c19b1a2a62cecabbae0395eb11b8326350";
+    const EXPECTED_CLOSE_FRAME: &str = "525058430003000100000020\
+        644a2884903555665b030427066f0c0e3555b4ff861e2bf42d4c7a4cb8340d1f";
+    const EXPECTED_AUTH_OK_FRAME: &str = "525058430003000100000022\
+        8e18d9f2157605f52fd82104676f88d7d8532e3e05e953d28f9268c0ffb1244a9ce2";
 }

@@ -29,7 +29,9 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use super::state::{SourceReport, Target};
-use crate::config::{check_label_name, parse_host_port, Labels, DEFAULT_CONTROL_PORT};
+use crate::config::{
+    check_label_name, check_label_value, parse_host_port, Labels, DEFAULT_CONTROL_PORT,
+};
 
 /// How often the files are checked for a change: a new or changed list is taken within this.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -124,6 +126,7 @@ fn group_targets(group: RawGroup) -> Result<Vec<Target>, String> {
             // Prometheus' own (`__address__`, `__meta_*`): not a label of the peer.
         } else {
             check_label_name(&k)?;
+            check_label_value(&v).map_err(|e| format!("label {k}: {e}"))?;
             labels.insert(k, v);
         }
     }
@@ -442,6 +445,15 @@ mod tests {
                 "not a valid label name",
             ),
             ("- {targets: [a, b], labels: {name: n}}", "names one peer"),
+            (
+                "- {targets: [a], labels: {tor: \"t1\\u001b[2J\"}}",
+                "label tor: label value contains \\u{1b}",
+            ),
+            (
+                "- {targets: [a], labels: {tor: \"a\\nb\"}}",
+                "control characters",
+            ),
+            ("- {targets: [a], labels: {job: x}}", "sets itself"),
             ("- {targets: [a], labels: {name: 'a b'}}", "whitespace"),
             ("[{\"targets\": [\"a\"]", "not a file_sd list"),
             (

@@ -9,8 +9,9 @@
 //! * **Paths not probed.** A path on a rail the peer has no device on would be refused at every
 //!   probe, and a peer that says it is this node (its address in the shared `peers` list) would
 //!   be probed over loopback: both leave the schedule ([`Unmatched`]) until the peer says
-//!   otherwise. A missing rail is believed for [`RECHECK`], then the path is tried once more; a
-//!   peer that is this node stays out (until a reload changes the node's name).
+//!   otherwise. Either is believed for [`RECHECK`], then the path is tried once more (what a peer
+//!   said can be wrong: a connection redirected back to this node would say "this node", and the
+//!   path must not stay out for good; docs/security.md, "Redirected connections").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -73,14 +74,14 @@ impl PeerIdentities {
         self.heard.get(peer).map(|h| &h.identity)
     }
 
-    /// Why `key` is not probed, if it is not: its peer said it is `node` (this node), or, less
-    /// than [`RECHECK`] ago, listed its devices and none on the path's rail (a path without a
+    /// Why `key` is not probed, if it is not: less than [`RECHECK`] ago, its peer said it is
+    /// `node` (this node), or listed its devices and none on the path's rail (a path without a
     /// rail takes the peer's first device, which every peer has).
     pub fn unmatched(&self, key: &PathKey, node: &str, now: Duration) -> Option<Unmatched> {
-        if self.get(&key.peer)?.node == node {
+        let heard = self.fresh(&key.peer, now)?;
+        if heard.identity.node == node {
             return Some(Unmatched::Itself);
         }
-        let heard = self.fresh(&key.peer, now)?;
         let rail = key.rail?;
         let devices = &heard.identity.devices;
         (!devices.is_empty() && !heard.identity.serves_rail(rail)).then_some(Unmatched::NoRail)
@@ -235,17 +236,16 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_is_this_node_is_unmatched_on_every_path() {
+    fn a_peer_that_is_this_node_is_unmatched_on_every_path_until_the_recheck() {
         let mut ids = PeerIdentities::default();
         ids.learn("10.0.0.1", said("node1", &[Some(0)]), MIN);
         for rail in [Some(0), Some(1), None] {
-            for at in [MIN, MIN + RECHECK] {
-                assert_eq!(
-                    ids.unmatched(&PathKey::new("d", "10.0.0.1", rail), "node1", at),
-                    Some(Unmatched::Itself)
-                );
-            }
+            let key = PathKey::new("d", "10.0.0.1", rail);
+            assert_eq!(ids.unmatched(&key, "node1", MIN), Some(Unmatched::Itself));
+            // Then tried once more, like a missing rail: never out for good on one word.
+            assert_eq!(ids.unmatched(&key, "node1", MIN + RECHECK), None);
         }
+        assert_eq!(ids.next_recheck(["10.0.0.1"], MIN), Some(MIN + RECHECK));
         ids.retain(&BTreeSet::new());
         assert!(ids.get("10.0.0.1").is_none());
     }

@@ -90,6 +90,8 @@ pub enum ExporterError {
 pub struct Listeners {
     pub metrics: TcpListener,
     pub control: TcpListener,
+    /// Who may use `POST /-/reload` on the metrics listener (off unless enabled).
+    pub reload_access: http::ReloadAccess,
 }
 
 /// Where reload requests come from besides the file watcher (SIGHUP, `POST /-/reload`).
@@ -159,7 +161,7 @@ pub async fn run(
         readiness,
         ExporterPages {
             paths,
-            reload: reload_tx.clone(),
+            reload: http::ReloadEndpoint::new(reload_tx.clone(), listeners.reload_access),
         },
         stopped(stop_rx.clone()),
     ));

@@ -1,23 +1,27 @@
 //! The admin HTTP server: `/metrics` for Prometheus, `/healthz` (the process answers) and
 //! `/readyz` (it can serve probes) for Kubernetes, and at `/` a short index, or in the exporter
-//! the status page of every probed path ([`status`]). Read-only: nothing here changes what the
-//! exporter does. Connections are capped and closed when idle ([`limit`]).
+//! the status page of every probed path ([`status`]). Read-only but for `POST /-/reload`, which
+//! is off unless enabled and then limited ([`reload`]). Connections are capped and closed when
+//! idle ([`limit`]).
 
 pub mod limit;
+pub mod reload;
 pub mod status;
 
 use std::future::Future;
+use std::net::SocketAddr;
 
-use axum::extract::State;
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::IncomingStream;
 use axum::Router;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
 
-use crate::exporter::ReloadRequest;
+pub use reload::{ReloadAccess, ReloadEndpoint};
 
 use crate::metrics::probe::PathSnapshot;
 use crate::metrics::{Format, Metrics};
@@ -34,18 +38,25 @@ struct AppState {
     /// The exporter's path table, for the status page; `None` in a responder-only process.
     paths: Option<PathSnapshot>,
     /// Where `POST /-/reload` goes; `None` in a responder-only process.
-    reload: Option<mpsc::Sender<ReloadRequest>>,
+    reload: Option<ReloadEndpoint>,
 }
 
 /// What only the exporter serves: the status page's path table, and reloads.
 #[derive(Debug, Clone)]
 pub struct ExporterPages {
     pub paths: PathSnapshot,
-    pub reload: mpsc::Sender<ReloadRequest>,
+    pub reload: ReloadEndpoint,
 }
 
-/// How long `POST /-/reload` waits for the exporter to take the new file.
-const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The client's address, for the reload endpoint's loopback rule.
+#[derive(Debug, Clone, Copy)]
+struct Peer(SocketAddr);
+
+impl Connected<IncomingStream<'_, limit::LimitedListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, limit::LimitedListener>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
 
 /// Serves the admin endpoints on `listener` until `shutdown` completes, then finishes the
 /// requests in flight and returns.
@@ -105,10 +116,13 @@ async fn serve_state(
 ) -> Result<(), HttpError> {
     let listener =
         limit::LimitedListener::new(listener, limit::MAX_CONNECTIONS, limit::IDLE_TIMEOUT);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(HttpError)
+    axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<Peer>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(HttpError)
 }
 
 fn router(state: AppState) -> Router {
@@ -121,32 +135,19 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `POST /-/reload`: 200 when the exporter took the file, 400 with the error when it kept the
-/// old config (as Prometheus answers its own reload endpoint).
-async fn reload(State(state): State<AppState>) -> (StatusCode, String) {
-    let Some(reload) = &state.reload else {
-        return (
+/// `POST /-/reload`: 200 when the exporter took the file, 400 when it kept the old config (as
+/// Prometheus answers its own reload endpoint); 403, 401 or 429 when the caller may not reload
+/// now ([`reload`]).
+async fn reload(
+    State(state): State<AppState>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    headers: HeaderMap,
+) -> (StatusCode, String) {
+    match &state.reload {
+        Some(endpoint) => endpoint.answer(peer, &headers).await,
+        None => (
             StatusCode::NOT_FOUND,
             "this process has no config to reload\n".into(),
-        );
-    };
-    let (reply, answer) = oneshot::channel();
-    if reload
-        .send(ReloadRequest { reply: Some(reply) })
-        .await
-        .is_err()
-    {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
-    }
-    match tokio::time::timeout(RELOAD_WAIT, answer).await {
-        Ok(Ok(Ok(()))) => (StatusCode::OK, "config reloaded\n".into()),
-        Ok(Ok(Err(e))) => (
-            StatusCode::BAD_REQUEST,
-            format!("config not reloaded (the previous config keeps running): {e}\n"),
-        ),
-        Ok(Err(_)) | Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the reload did not complete\n".into(),
         ),
     }
 }

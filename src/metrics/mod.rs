@@ -11,7 +11,7 @@ pub mod probe;
 pub mod process;
 
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -247,11 +247,21 @@ struct ValidationLabels {
     peer: String,
 }
 
+/// Most distinct `peer` values of `rdma_probe_responder_validation_failures_total`: the value is
+/// the prober's node name, which any key holder chooses (and with `auth: none`, anyone), so the
+/// series it makes are capped; the failures of probers beyond the cap count under
+/// [`OTHER_PEERS`].
+pub const MAX_VALIDATION_PEERS: usize = 256;
+/// The `peer` label of the validation failures of probers beyond [`MAX_VALIDATION_PEERS`].
+pub const OTHER_PEERS: &str = "other";
+
 /// The responder's counters.
 #[derive(Debug, Clone, Default)]
 pub struct ResponderMetrics {
     sessions: Family<SessionLabels, Counter>,
     validation_failures: Family<ValidationLabels, Counter>,
+    /// The `peer` values `validation_failures` has, at most [`MAX_VALIDATION_PEERS`].
+    validation_peers: Arc<Mutex<std::collections::HashSet<String>>>,
     verified_messages: Family<DeviceLabels, Counter>,
 }
 
@@ -265,7 +275,21 @@ impl ResponderMetrics {
             .inc();
     }
 
+    /// A burst of `peer` that did not verify on `device`; `peer` becomes [`OTHER_PEERS`] once
+    /// [`MAX_VALIDATION_PEERS`] other probers have a series.
     pub fn validation_failure(&self, device: &str, peer: &str) {
+        let peer = {
+            let mut seen = self
+                .validation_peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if seen.contains(peer) || seen.len() < MAX_VALIDATION_PEERS {
+                seen.insert(peer.to_owned());
+                peer
+            } else {
+                OTHER_PEERS
+            }
+        };
         self.validation_failures
             .get_or_create(&ValidationLabels {
                 device: device.to_owned(),
@@ -393,6 +417,36 @@ mod tests {
         assert!(
             text.contains(r#"peer="evil\"peer\\\nname""#),
             "label value not escaped:\n{text}"
+        );
+    }
+
+    #[test]
+    fn validation_failures_keep_at_most_the_capped_number_of_peers() {
+        let metrics = Metrics::new();
+        // Every prober may say any node name: a flood of names makes at most the capped number of
+        // series, and the rest count under `other`; a prober already counted keeps its own.
+        for i in 0..MAX_VALIDATION_PEERS + 50 {
+            metrics
+                .responder
+                .validation_failure("rxe0", &format!("node-{i}"));
+        }
+        metrics.responder.validation_failure("rxe0", "node-0");
+        let text = metrics.encode(Format::OpenMetrics).unwrap();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("rdma_probe_responder_validation_failures_total{"))
+            .count();
+        assert_eq!(series, MAX_VALIDATION_PEERS + 1, "{text}");
+        let other = format!(
+            r#"rdma_probe_responder_validation_failures_total{{device="rxe0",peer="{OTHER_PEERS}"}}"#
+        );
+        assert_eq!(sample(&text, &other), Some("50"));
+        assert_eq!(
+            sample(
+                &text,
+                r#"rdma_probe_responder_validation_failures_total{device="rxe0",peer="node-0"}"#
+            ),
+            Some("2")
         );
     }
 }

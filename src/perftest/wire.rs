@@ -65,7 +65,9 @@ pub fn encode_version(version: &str) -> [u8; VERSION_LEN] {
 
 /// Parses the server's version and checks that this client can speak to it.
 pub fn parse_version(raw: &[u8; VERSION_LEN]) -> Result<Version, WireError> {
-    let text = c_string(raw);
+    // Escaped like every other text from a peer: it reaches the terminal (errors, the report)
+    // and the logs, and a version is digits and dots whatever else a server sends.
+    let text = crate::control::message::escape_unsafe_chars(&c_string(raw)).into_owned();
     let value = leading_number(&text).ok_or_else(|| WireError::BadVersion(text.clone()))?;
     if value < MIN_VERSION - 1e-9 {
         return Err(WireError::VersionTooOld(text));
@@ -398,5 +400,27 @@ mod tests {
         assert!(!is_v4_mapped(&[
             0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1
         ]));
+    }
+
+    #[test]
+    fn a_version_with_terminal_controls_reaches_no_terminal_raw() {
+        let mut raw = [0u8; VERSION_LEN];
+        let evil = "5.0\u{1b}[2J\u{202e}";
+        raw[..evil.len()].copy_from_slice(evil.as_bytes());
+        let err = parse_version(&raw).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, WireError::VersionTooOld(_)), "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+            "{text:?}"
+        );
+        assert!(text.contains("5.0\\u{1b}[2J\\u{202e}"), "{text}");
+        // An accepted version keeps its escaped text for the report.
+        let mut raw = [0u8; VERSION_LEN];
+        let odd = "6.06\r\n";
+        raw[..odd.len()].copy_from_slice(odd.as_bytes());
+        let version = parse_version(&raw).unwrap();
+        assert_eq!(version.text, "6.06\\u{d}\\u{a}");
+        assert!((version.value - 6.06).abs() < 1e-9);
     }
 }

@@ -164,10 +164,18 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
     assert_eq!(broken.get("rdma_probe_config_reload_success"), Some(&0.0));
     assert_eq!(broken.get(&path("rdma_probe_success", "node3")), Some(&1.0));
     assert_eq!(result(&run, "node1", "broken_post_status"), "400");
+    // The client learns only that the file was refused; the log says why.
     let why = run.file("node1", "reload-broken.txt");
     assert!(
-        why.contains("exporter.yaml"),
-        "the refusal names the file: {why}"
+        !why.contains("exporter.yaml"),
+        "no detail to the client: {why}"
+    );
+    assert!(why.contains("log"), "the refusal points at the log: {why}");
+    let log = run.file("node1", "exporter.log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("config reload failed") && l.contains("exporter.yaml")),
+        "the log names the file"
     );
     assert_eq!(result(&run, "node1", "good_post_status"), "200");
     assert_eq!(result(&run, "node1", "alive_after_sighup"), "yes");

@@ -19,8 +19,8 @@ const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Authentication (a key file or --no-auth is required)")]
 pub struct AuthArgs {
-    /// File holding the pre-shared key both ends use (at least 16 bytes; one trailing newline is
-    /// ignored), e.g. a mounted Kubernetes Secret.
+    /// File holding the pre-shared key both ends use: at least 32 random bytes, base64-encoded on
+    /// one line (`head -c 32 /dev/urandom | base64`), e.g. a mounted Kubernetes Secret.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
 
@@ -66,7 +66,7 @@ impl AuthArgs {
                 subcommand,
                 ErrorKind::MissingRequiredArgument,
                 "authentication is required: pass --psk-file FILE (a pre-shared key of at least \
-                 16 bytes that both ends share), or --no-auth to run the control channel without \
+                 32 random bytes, base64-encoded, that both ends share), or --no-auth to run the control channel without \
                  authentication explicitly",
             )),
         }
@@ -207,7 +207,7 @@ mod tests {
         std::fs::remove_file(&path).ok();
         let msg = e.to_string();
         assert!(
-            msg.contains("--psk-file") && msg.contains("at least 16"),
+            msg.contains("--psk-file") && msg.contains("head -c 32 /dev/urandom | base64"),
             "{msg}"
         );
         assert!(!msg.contains("hunter2"), "{msg}");
@@ -226,7 +226,7 @@ mod tests {
             "{e}"
         );
 
-        let path = temp_file("good", b"0123456789abcdef0123\n");
+        let path = temp_file("good", b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n");
         let (_, action) = parse(&[
             "probe",
             "h:1",
@@ -245,8 +245,11 @@ mod tests {
 
     #[test]
     fn a_previous_key_is_held_beside_the_current_one_during_a_rollover() {
-        let current = temp_file("current", b"0123456789abcdef0123\n");
-        let previous = temp_file("previous", b"fedcba98765432100123\n");
+        let current = temp_file("current", b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n");
+        let previous = temp_file(
+            "previous",
+            b"ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=\n",
+        );
         let args = |extra: &[&str]| {
             let mut args = vec!["responder", "--node", "b", "--psk-file"];
             args.push(current.to_str().unwrap());

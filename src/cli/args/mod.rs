@@ -187,7 +187,12 @@ pub struct Logging {
 /// command itself, so a bad file is its failure, exit 1, not a usage error).
 #[derive(Debug)]
 pub enum Action {
-    Run { config: PathBuf },
+    Run {
+        config: PathBuf,
+        /// `--enable-reload-endpoint`, and its token file if any.
+        reload_endpoint: bool,
+        reload_token_file: Option<PathBuf>,
+    },
     Responder(ResponderAction),
     Probe(ProbeAction),
     Devices(DevicesAction),
@@ -210,6 +215,8 @@ impl Cli {
             Command::Simulate(args) => Action::Simulate(Box::new(args.into_config()?)),
             Command::Run(args) => Action::Run {
                 config: args.config,
+                reload_endpoint: args.enable_reload_endpoint,
+                reload_token_file: args.reload_token_file,
             },
         };
         Ok((logging, action))

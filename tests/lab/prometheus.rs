@@ -202,7 +202,12 @@ fn notifications(log: &str) -> Vec<Notification> {
         let label = |k: &str| body["commonLabels"][k].as_str().unwrap_or("").to_owned();
         out.push(Notification {
             received: entry["received"].as_f64().unwrap(),
-            named: (label("alertname"), label("component"), label("node"), label("device")),
+            named: (
+                label("alertname"),
+                label("component"),
+                label("node"),
+                label("device"),
+            ),
         });
     }
     out
@@ -362,7 +367,10 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         Some(named("RdmaProbePortDegraded", "port", "node2", "rxe0")),
         interval,
     );
-    eprintln!("  (the cap began {:.0} s into that window)", cap - clean_end);
+    eprintln!(
+        "  (the cap began {:.0} s into that window)",
+        cap - clean_end
+    );
     assert_one_notification(
         &sent,
         "node3's RoCE port dropping every packet",

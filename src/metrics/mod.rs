@@ -11,6 +11,7 @@ pub mod probe;
 pub mod process;
 
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -114,6 +115,12 @@ impl Metrics {
             format!("{PREFIX}_responder_validation_failures"),
             "Bursts whose data did not verify on the responder",
             responder.validation_failures.clone(),
+        );
+        registry.register(
+            format!("{PREFIX}_responder_last_validation_failure_timestamp_seconds"),
+            "Unix time of the last burst from this prober whose data did not verify on the \
+             responder",
+            responder.last_validation_failure.clone(),
         );
         registry.register(
             format!("{PREFIX}_responder_verified_messages"),
@@ -247,7 +254,8 @@ struct ValidationLabels {
     peer: String,
 }
 
-/// Most distinct `peer` values of `rdma_probe_responder_validation_failures_total`: the value is
+/// Most distinct `peer` values of `rdma_probe_responder_validation_failures_total` (and of its
+/// last-failure timestamp gauge): the value is
 /// the prober's node name, which any key holder chooses (and with `auth: none`, anyone), so the
 /// series it makes are capped; the failures of probers beyond the cap count under
 /// [`OTHER_PEERS`].
@@ -262,6 +270,7 @@ pub struct ResponderMetrics {
     validation_failures: Family<ValidationLabels, Counter>,
     /// The `peer` values `validation_failures` has, at most [`MAX_VALIDATION_PEERS`].
     validation_peers: Arc<Mutex<std::collections::HashSet<String>>>,
+    last_validation_failure: Family<ValidationLabels, Gauge<f64, AtomicU64>>,
     verified_messages: Family<DeviceLabels, Counter>,
 }
 
@@ -290,12 +299,17 @@ impl ResponderMetrics {
                 OTHER_PEERS
             }
         };
-        self.validation_failures
-            .get_or_create(&ValidationLabels {
-                device: device.to_owned(),
-                peer: peer.to_owned(),
-            })
-            .inc();
+        let labels = ValidationLabels {
+            device: device.to_owned(),
+            peer: peer.to_owned(),
+        };
+        self.validation_failures.get_or_create(&labels).inc();
+        self.last_validation_failure.get_or_create(&labels).set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
     }
 
     pub fn verified_messages(&self, device: &str, messages: u64) {
@@ -348,6 +362,29 @@ mod tests {
             Some("1")
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// A validation failure also leaves its time, which alerts read instead of the counter's
+    /// increase (no new alert after a scrape gap).
+    #[test]
+    fn a_validation_failure_leaves_its_time() {
+        let metrics = Metrics::new();
+        let name = "rdma_probe_responder_last_validation_failure_timestamp_seconds";
+        assert!(!metrics
+            .encode(Format::PrometheusText)
+            .unwrap()
+            .contains(name));
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        metrics.responder.validation_failure("rxe0", "node-a");
+        let text = metrics.encode(Format::PrometheusText).unwrap();
+        let at: f64 = sample(&text, &format!(r#"{name}{{device="rxe0",peer="node-a"}}"#))
+            .unwrap_or_else(|| panic!("{text}"))
+            .parse()
+            .unwrap();
+        assert!((before..before + 60.0).contains(&at), "{at} {before}");
     }
 
     #[test]

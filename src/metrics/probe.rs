@@ -431,6 +431,7 @@ pub struct ProbeFamilies {
     interval: Family<PathLabels, FloatGauge>,
     last_attempt: Family<PathLabels, FloatGauge>,
     consecutive_failures: Family<PathLabels, Gauge>,
+    last_validation_failure: Family<PathLabels, FloatGauge>,
     reload_success: Gauge,
     last_reload: FloatGauge,
     node_info: Family<Vec<(String, String)>, Gauge>,
@@ -468,6 +469,7 @@ impl ProbeFamilies {
             other_traffic: Family::default(),
             setup: Family::default(),
             last_success: Family::default(),
+            last_validation_failure: Family::default(),
             interval: Family::default(),
             last_attempt: Family::default(),
             consecutive_failures: Family::default(),
@@ -572,6 +574,12 @@ impl ProbeFamilies {
             "last_success_timestamp_seconds",
             "Unix time of the path's last successful burst",
             f.last_success.clone()
+        );
+        add!(
+            "last_validation_failure_timestamp_seconds",
+            "Unix time of the path's last burst whose data did not verify on the responder \
+             (absent until one)",
+            f.last_validation_failure.clone()
         );
         add!(
             "path_interval_seconds",
@@ -911,6 +919,7 @@ impl ProbeRecorder {
             + present(f.interval.get(path).is_some())
             + present(f.last_attempt.get(path).is_some())
             + present(f.consecutive_failures.get(path).is_some())
+            + present(f.last_validation_failure.get(path).is_some())
             + series.results.len()
             + series.errors.len()
             + series.deferred.len();
@@ -1148,6 +1157,11 @@ impl ProbeRecorder {
                     .get_or_create(&path)
                     .set(record.at_unix_seconds);
                 count_run(f, series, &path, "failure");
+                if *reason == ErrorReason::Validation {
+                    f.last_validation_failure
+                        .get_or_create(&path)
+                        .set(record.at_unix_seconds);
+                }
                 let reason = reason.as_str();
                 f.errors.get_or_create(&reason_labels(&path, reason)).inc();
                 series.errors.insert(reason);
@@ -1279,6 +1293,7 @@ impl ProbeRecorder {
         f.interval.remove(path);
         f.last_attempt.remove(path);
         f.consecutive_failures.remove(path);
+        f.last_validation_failure.remove(path);
         f.bytes.remove(path);
         f.messages.remove(path);
         for result in series.results {
@@ -1497,6 +1512,41 @@ mod tests {
         assert_eq!(
             state.last_error.as_ref().map(|e| e.0),
             Some(ErrorReason::Connect)
+        );
+    }
+
+    /// A burst whose data did not verify stamps the path's last validation failure, which the
+    /// alerts read (a counter's increase would fire again after a scrape gap); other failures and
+    /// later successes leave it; it goes with the path.
+    #[test]
+    fn a_validation_failure_stamps_the_path_until_the_path_goes() {
+        let metrics = Metrics::for_exporter();
+        let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
+        let text = |m: &Metrics| m.encode(Format::PrometheusText).unwrap();
+        let stamp = format!("rdma_probe_last_validation_failure_timestamp_seconds{B}");
+        recorder.apply(ProbeEvent::completed(
+            path("node-b"),
+            failure(ErrorReason::Timeout),
+        ));
+        assert_eq!(
+            sample(&text(&metrics), &stamp),
+            None,
+            "not for other reasons"
+        );
+        let mut bad = failure(ErrorReason::Validation);
+        bad.at_unix_seconds += 30.0;
+        let at = bad.at_unix_seconds;
+        recorder.apply(ProbeEvent::completed(path("node-b"), bad));
+        let mut ok = success(1e9);
+        ok.at_unix_seconds += 60.0;
+        recorder.apply(ProbeEvent::completed(path("node-b"), ok));
+        let t = text(&metrics);
+        assert_eq!(sample(&t, &stamp), Some(at), "{t}");
+        recorder.apply(ProbeEvent::ForgetPath(path("node-b")));
+        assert_eq!(
+            sample(&text(&metrics), &stamp),
+            None,
+            "it goes with the path"
         );
     }
 

@@ -97,6 +97,9 @@ hold() { sleep $((HOLD_INTERVALS * INTERVAL_SECONDS)); }
 
 # Alertmanager with the shipped configuration (its receivers' URLs are this receiver's).
 start_alertmanager() {
+  # Debian's build reads its default template from the host's /usr/share (scripts/install-deps).
+  [ -f /usr/share/prometheus/alertmanager/default.tmpl ] ||
+    { echo "no /usr/share/prometheus/alertmanager/default.tmpl: run scripts/install-deps" >&2; return 1; }
   python3 "$files/alert_receiver.py" 127.0.0.1:9095 notifications.jsonl 2>receiver.log &
   receiver=$!
   "$files/alertmanager" --config.file="$files/alertmanager.yaml" --storage.path=/tmp/alertmanager \

@@ -304,12 +304,9 @@ impl ResponderMetrics {
             peer: peer.to_owned(),
         };
         self.validation_failures.get_or_create(&labels).inc();
-        self.last_validation_failure.get_or_create(&labels).set(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs_f64(),
-        );
+        self.last_validation_failure
+            .get_or_create(&labels)
+            .set(probe::unix_now().as_secs_f64());
     }
 
     pub fn verified_messages(&self, device: &str, messages: u64) {

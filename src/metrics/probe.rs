@@ -698,8 +698,8 @@ fn is_traffic(kind: CounterKind) -> bool {
     )
 }
 
-/// Now, as the series budget counts time.
-fn unix_now() -> Duration {
+/// Now, as the series budget counts time (and the validation-failure stamps).
+pub(crate) fn unix_now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

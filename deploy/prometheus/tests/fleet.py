@@ -58,7 +58,7 @@ class Fleet:
     def tor(node):
         return node.split("n")[0]
 
-    def paths(self, unprobed=()):
+    def paths(self):
         """(prober, rail, peer, interval in seconds) of every path."""
         rng = random.Random(self.seed)
         nodes = self.nodes()
@@ -73,8 +73,6 @@ class Fleet:
                 peers = [(m, self.same_every * STEP) for m in same]
                 peers += [(m, self.cross_every * STEP) for m in cross]
             for m, interval in peers:
-                if m in unprobed:
-                    continue
                 for r in range(self.rails):
                     out.append((n, r, m, interval))
         return out
@@ -185,7 +183,6 @@ class Scenario:
     faults: list = field(default_factory=list)
     # Per-node or per-path extras for the exporter-health alerts: (kind, node, start, end, value).
     events: list = field(default_factory=list)
-    unprobed: tuple = ()
     check_every: int = 5
     failure_rate: float = 0.003
     busy_rate: float = 0.02
@@ -206,7 +203,7 @@ def emulate(sc):
         key = selector(name, {"job": JOB, **labels})
         series.setdefault(key, [None] * steps)[step] = value
 
-    paths = fleet.paths(sc.unprobed)
+    paths = fleet.paths()
     states = {}
     phases = {p: rng.uniform(0, p[3]) for p in paths}
     next_probe = {p: phases[p] for p in paths}
@@ -379,10 +376,10 @@ def port_alert(name, node, rail, severity="warning"):
     return expect(name, "port", severity, node=node, device=d, peer_node=node, peer_device=d)
 
 
-def fault_alerts(fleet, fault, scenario):
+def fault_alerts(fleet, fault):
     """The alerts a fault must raise, and how many steps after its start and after its end
     they may take to fire and to resolve."""
-    intervals = [p[3] for p in fleet.paths(scenario.unprobed)]
+    intervals = [p[3] for p in fleet.paths()]
     longest = max(intervals) // STEP
     detect = K * longest + 4  # K probes of the slowest path through it, jitter, scrape, rules
     resolve = longest + 4
@@ -465,7 +462,7 @@ def windows(sc):
     detection time past its end (it is never required)."""
     out = []
     for f in sc.faults:
-        alerts, detect, resolve = fault_alerts(sc.fleet, f, sc)
+        alerts, detect, resolve = fault_alerts(sc.fleet, f)
         if alerts and alerts[0] == OPTIONAL:
             alerts, detect = alerts[1:], f.end - f.start + 1
         out += [(a, f.start, f.end, detect, resolve) for a in alerts]

@@ -19,6 +19,7 @@ pub mod perftest;
 pub mod placement;
 pub mod port;
 pub mod prober;
+pub mod rdma_address;
 pub mod readiness;
 pub mod reason;
 pub mod responder;

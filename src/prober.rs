@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use serde::Serialize;
 use thiserror::Error;
 
@@ -18,7 +19,7 @@ use crate::burst::{pattern, BurstLength, BurstPlan, BurstReport, PlanError};
 use crate::control::message::Identity;
 use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
-    SessionRequest,
+    QpEndpoint, SessionRequest,
 };
 use crate::flow::{self, FlowLabels};
 use crate::metrics::process::process_cpu_seconds;
@@ -27,6 +28,7 @@ use crate::port::{
     self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, CounterSnapshot, IncreaseStatus,
     OtherTraffic, Sysfs,
 };
+use crate::rdma_address::RdmaDestinations;
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
 use crate::units::{RateLimit, ResolveError};
@@ -71,6 +73,9 @@ pub struct ProbeSettings {
     /// Poll the CQ all through the burst as perftest does, instead of the CPU-frugal waits:
     /// for calibrating against perftest (docs/perftest.md, "Calibration").
     pub busy_poll: bool,
+    /// Networks the responder's RDMA address may be in besides the address the control
+    /// connection reached (`rdma_networks`; docs/security.md, "Where RDMA traffic goes").
+    pub rdma_networks: Vec<IpNet>,
 }
 
 impl ProbeSettings {
@@ -105,6 +110,25 @@ pub(crate) fn check_rail(identity: &Identity, rail: Option<u16>) -> Result<(), P
         }
         _ => Ok(()),
     }
+}
+
+/// Refuses to send to the RDMA address the responder gave unless it is the address the control
+/// connection reached, or in `networks` (`rdma_address`): whoever answers the connection must not
+/// choose where the bursts go.
+fn check_responder_address(
+    set: &QpSet,
+    conn: &Connection,
+    endpoints: &[QpEndpoint],
+    networks: &[IpNet],
+) -> Result<(), ProbeError> {
+    let control_peer = conn.peer_addr().map(|a| a.ip()).ok_or_else(|| {
+        ProbeError::new(
+            ErrorReason::RdmaAddress,
+            "the control connection's peer address is unknown",
+        )
+    })?;
+    set.check_peer_addresses(endpoints, &RdmaDestinations::new(control_peer, networks))
+        .map_err(|e| ProbeError::new(ErrorReason::RdmaAddress, e.to_string()))
 }
 
 /// Re-reads the port and refuses to set up a session on one that is not ACTIVE (`port_down`).
@@ -547,6 +571,7 @@ impl Session {
                 "responder offered memory regions that do not fit the burst",
             ));
         }
+        check_responder_address(&set, &conn, &accept.endpoints, &settings.rdma_networks)?;
         let mtu = set.path_mtu(accept.mtu, settings.mtu);
         let flows = FlowLabels::random();
         set.connect(
@@ -1096,6 +1121,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             max_session_bytes: DEFAULT_MAX_SESSION_BYTES,
             busy_poll: false,
+            rdma_networks: Vec::new(),
         }
     }
 

@@ -27,11 +27,13 @@ pub enum ErrorReason {
     WcOther,
     Validation,
     PeerError,
+    /// The peer's RDMA address (its GID) is not where this node may send (docs/security.md).
+    RdmaAddress,
 }
 
 impl ErrorReason {
     /// Every reason, for documentation and tests (metrics pre-create nothing per reason).
-    pub const ALL: [ErrorReason; 16] = [
+    pub const ALL: [ErrorReason; 17] = [
         ErrorReason::Connect,
         ErrorReason::Timeout,
         ErrorReason::Auth,
@@ -48,6 +50,7 @@ impl ErrorReason {
         ErrorReason::WcOther,
         ErrorReason::Validation,
         ErrorReason::PeerError,
+        ErrorReason::RdmaAddress,
     ];
 
     /// The label value, as written in the metric contract.
@@ -69,6 +72,7 @@ impl ErrorReason {
             ErrorReason::WcOther => "wc_other",
             ErrorReason::Validation => "validation",
             ErrorReason::PeerError => "peer_error",
+            ErrorReason::RdmaAddress => "rdma_address",
         }
     }
 }

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,6 +35,7 @@ use crate::metrics::{ResponderMetrics, SessionResult};
 use crate::placement::{self, Placement};
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::prober::read_counters;
+use crate::rdma_address::RdmaDestinations;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
@@ -61,7 +63,8 @@ pub struct ResponderSettings {
     /// first answers probers that ask for neither a device nor a rail.
     pub devices: Vec<ServedDevice>,
     pub auth: AuthMode,
-    /// Concurrent sessions; more are refused with `limit`.
+    /// Concurrent sessions; more are refused with `limit`. One prober address may hold at most
+    /// [`prober_share`] of them.
     pub max_sessions: usize,
     /// Total memory pinned (registered) across sessions.
     pub max_pinned_bytes: u64,
@@ -74,6 +77,16 @@ pub struct ResponderSettings {
     pub idle_timeout: Duration,
     /// Deadline for every control exchange.
     pub io_timeout: Duration,
+    /// Networks a prober's RDMA address may be in besides the address its control connection
+    /// came from (`rdma_networks`; docs/security.md, "Where RDMA traffic goes").
+    pub rdma_networks: Vec<IpNet>,
+}
+
+/// The sessions one prober address may hold at once: half of `max_sessions` (rounded up), so
+/// that one node, or one key holder, cannot take them all and keep the others out
+/// (docs/security.md, "Responder admission").
+pub fn prober_share(max_sessions: usize) -> usize {
+    max_sessions.div_ceil(2).max(1)
 }
 
 /// Why the responder could not run at all (per-session failures are logged, not returned).
@@ -498,7 +511,11 @@ async fn serve_connection(
         }
     };
     let handshake = shared.admission.handshakes.take();
-    let (node, _permit) = match shared.admission.admit(&mut conn, handshake).await {
+    let (node, _permit) = match shared
+        .admission
+        .admit(&mut conn, handshake, peer.ip())
+        .await
+    {
         Ok(admitted) => admitted,
         Err(e) => {
             if let Some(result) = e.refusal_before_session() {
@@ -512,6 +529,7 @@ async fn serve_connection(
     let mut handler = SessionHandler {
         shared: Arc::clone(&shared),
         node: node.clone(),
+        destinations: RdmaDestinations::new(peer.ip(), &shared.settings.rdma_networks),
         device: None,
         active: None,
     };
@@ -569,6 +587,8 @@ struct Admission {
     handshakes: Arc<HandshakeSlots>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
+    /// The sessions each prober address holds now.
+    per_prober: Arc<ProberSessions>,
 }
 
 /// Connections beyond the handshakes and sessions that may be finishing a refusal or a session's
@@ -590,6 +610,7 @@ impl Admission {
             handshakes: Arc::new(HandshakeSlots::new(max_handshakes)),
             sessions: Arc::new(Semaphore::new(settings.max_sessions)),
             max_sessions: settings.max_sessions,
+            per_prober: Arc::new(ProberSessions::new(prober_share(settings.max_sessions))),
         }
     }
 
@@ -611,12 +632,14 @@ impl Admission {
     }
 
     /// Authenticates the prober in `handshake` (given up when the handshake ends) and returns
-    /// its node name and the permit held for its session.
+    /// its node name and the permit held for its session. `prober` is the address the
+    /// connection came from: it may hold its share of the sessions, no more.
     async fn admit(
         &self,
         conn: &mut Connection,
         mut handshake: HandshakeSlot,
-    ) -> Result<(String, OwnedSemaphorePermit), SessionFailure> {
+        prober: std::net::IpAddr,
+    ) -> Result<(String, SessionPermit), SessionFailure> {
         let node = tokio::select! {
             authenticated = server_handshake(conn, &self.auth, self.identity.as_ref(), self.io_timeout) => authenticated?,
             () = handshake.given_way() => {
@@ -643,7 +666,97 @@ impl Admission {
                 )
             });
         };
-        Ok((node, session))
+        let Some(share) = self.per_prober.take(prober) else {
+            return Err(SessionFailure {
+                refusal: Some(SessionResult::Limit),
+                ..failure(
+                    ErrorReason::PeerError,
+                    format!(
+                        "this prober's address holds its share of the responder's sessions ({} of {})",
+                        self.per_prober.max, self.max_sessions
+                    ),
+                )
+            });
+        };
+        Ok((
+            node,
+            SessionPermit {
+                _session: session,
+                _share: share,
+            },
+        ))
+    }
+}
+
+/// What an admitted prober holds for its session: a place under `max_sessions` and one of its
+/// address's share; both are given back when dropped.
+#[derive(Debug)]
+struct SessionPermit {
+    _session: OwnedSemaphorePermit,
+    _share: ProberShare,
+}
+
+/// The sessions each prober address holds, at most `max` each.
+#[derive(Debug)]
+struct ProberSessions {
+    max: usize,
+    held: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One session of a prober address's share, given back when dropped.
+#[derive(Debug)]
+struct ProberShare {
+    prober: std::net::IpAddr,
+    sessions: Arc<ProberSessions>,
+}
+
+impl ProberSessions {
+    fn new(max: usize) -> Self {
+        ProberSessions {
+            max,
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One more session for `prober`, unless it holds its share already.
+    fn take(self: &Arc<Self>, prober: std::net::IpAddr) -> Option<ProberShare> {
+        let prober = prober.to_canonical();
+        let mut held = self.lock();
+        let n = held.entry(prober).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(ProberShare {
+            prober,
+            sessions: Arc::clone(self),
+        })
+    }
+
+    #[cfg(test)]
+    fn held_by(&self, prober: std::net::IpAddr) -> usize {
+        self.lock()
+            .get(&prober.to_canonical())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ProberShare {
+    fn drop(&mut self) {
+        let mut held = self.sessions.lock();
+        if let Some(n) = held.get_mut(&self.prober) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.prober);
+            }
+        }
     }
 }
 
@@ -735,6 +848,7 @@ impl SessionFailure {
             _ if self.refusal.is_some() => self.refusal,
             ErrorReason::Auth => Some(SessionResult::Auth),
             ErrorReason::Protocol => Some(SessionResult::Protocol),
+            ErrorReason::RdmaAddress => Some(SessionResult::RdmaAddress),
             _ => None,
         }
     }
@@ -891,6 +1005,9 @@ enum SessionEnd {
 struct SessionHandler {
     shared: Arc<Shared>,
     node: String,
+    /// Where this prober's RDMA address may be: the address its connection came from, or
+    /// `rdma_networks`.
+    destinations: RdmaDestinations,
     /// The device its session runs on, once its request chose one.
     device: Option<Arc<Served>>,
     active: Option<Active>,
@@ -1000,9 +1117,10 @@ impl SessionHandler {
         self.device = Some(Arc::clone(&device));
         let shared = Arc::clone(&self.shared);
         let request_copy = request.clone();
+        let destinations = self.destinations.clone();
         // Registering (pinning) a large region is a blocking system call.
         let (accept, active) = tokio::task::spawn_blocking(move || {
-            open_session(&shared, &device, &request_copy, pinned)
+            open_session(&shared, &device, &request_copy, &destinations, pinned)
         })
         .await
         .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
@@ -1152,6 +1270,7 @@ fn open_session(
     shared: &Shared,
     device: &Served,
     request: &SessionRequest,
+    destinations: &RdmaDestinations,
     pinned: PinnedReservation,
 ) -> Result<(SessionAccept, Active), SessionFailure> {
     let settings = &shared.settings;
@@ -1184,6 +1303,8 @@ fn open_session(
     };
     let mut set =
         placement::with_cpus(device.placement.cpus(), || QpSet::create(ctx, shape, &path))?;
+    set.check_peer_addresses(&request.endpoints, destinations)
+        .map_err(|e| failure(ErrorReason::RdmaAddress, e.to_string()))?;
     let mtu = set.path_mtu(request.mtu, None);
     set.connect(&request.endpoints, mtu, &path, false, &[])?;
     let regions = (0..usize::from(qps))
@@ -1352,6 +1473,7 @@ mod tests {
             max_handshakes,
             idle_timeout: Duration::from_secs(60),
             io_timeout: Duration::from_millis(800),
+            rdma_networks: Vec::new(),
         }
     }
 
@@ -1372,9 +1494,7 @@ mod tests {
         admission: Admission,
     ) -> (
         String,
-        tokio::sync::mpsc::UnboundedReceiver<
-            Result<(String, OwnedSemaphorePermit), SessionFailure>,
-        >,
+        tokio::sync::mpsc::UnboundedReceiver<Result<(String, SessionPermit), SessionFailure>>,
         Arc<HandshakeSlots>,
     ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1384,13 +1504,13 @@ mod tests {
         let slots = Arc::clone(&admission.handshakes);
         tokio::spawn(async move {
             loop {
-                let (stream, _) = listener.accept().await.unwrap();
+                let (stream, peer) = listener.accept().await.unwrap();
                 let admission = Arc::clone(&admission);
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let mut conn = Connection::new(stream).unwrap();
                     let slot = admission.handshakes.take();
-                    let result = admission.admit(&mut conn, slot).await;
+                    let result = admission.admit(&mut conn, slot, peer.ip()).await;
                     if let Err(e) = &result {
                         conn.send_error_best_effort(e.reason, &e.message).await;
                     }
@@ -1566,6 +1686,82 @@ mod tests {
         );
         let (identity, _) = NodeIdentity::bounded("node a", &Labels::new(), []);
         assert!(identity.validate().is_err());
+    }
+
+    /// [`hello`] from source address `from` (any 127.0.0.0/8 address works on loopback).
+    async fn hello_from(
+        addr: &str,
+        from: std::net::Ipv4Addr,
+        node: &str,
+    ) -> (Connection, Result<Option<NodeIdentity>, ControlError>) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).unwrap();
+        let stream = socket.connect(addr.parse().unwrap()).await.unwrap();
+        let mut conn = Connection::new(stream).unwrap();
+        let told = client_handshake(&mut conn, node, &AuthMode::None, Duration::from_secs(2)).await;
+        (conn, told)
+    }
+
+    #[tokio::test]
+    async fn one_prober_address_holds_half_the_sessions_and_another_still_gets_in() {
+        assert_eq!(
+            [1, 2, 3, 4, 16].map(prober_share),
+            [1, 1, 2, 2, 8],
+            "half of max_sessions, rounded up, at least one"
+        );
+        let (addr, mut results, _) = admitting(Admission::new(&settings(4, 8), None)).await;
+        let greedy = std::net::Ipv4Addr::new(127, 0, 0, 1);
+        let mut held = Vec::new();
+        for name in ["greedy-1", "greedy-2"] {
+            let (conn, handshake) = hello_from(&addr, greedy, name).await;
+            handshake.unwrap();
+            held.push((conn, results.recv().await.unwrap().unwrap()));
+        }
+        // Another node name from the same address changes nothing: the share is per address.
+        let (mut third, handshake) = hello_from(&addr, greedy, "greedy-3").await;
+        handshake.unwrap();
+        let refused = results.recv().await.unwrap().unwrap_err();
+        assert_eq!(refused.refusal(), Some(SessionResult::Limit));
+        let said = third.recv(Duration::from_secs(2)).await.unwrap();
+        assert!(
+            matches!(&said, Message::Error { message, .. } if message.contains("share") && message.contains("2 of 4")),
+            "{said:?}"
+        );
+        // Two sessions are free, and another prober's address takes one.
+        let (_other, handshake) =
+            hello_from(&addr, std::net::Ipv4Addr::new(127, 0, 0, 2), "other").await;
+        handshake.unwrap();
+        let admitted = results
+            .recv()
+            .await
+            .unwrap()
+            .expect("another prober gets in");
+        assert_eq!(admitted.0, "other");
+        // A session that ends gives its place back to its address.
+        held.pop();
+        let (_again, handshake) = hello_from(&addr, greedy, "greedy-4").await;
+        handshake.unwrap();
+        results
+            .recv()
+            .await
+            .unwrap()
+            .expect("the freed place is taken again");
+    }
+
+    #[test]
+    fn a_prober_share_is_given_back_when_its_session_ends() {
+        let sessions = Arc::new(ProberSessions::new(1));
+        let a: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let mapped: std::net::IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        let first = sessions.take(a).expect("the first");
+        assert!(
+            sessions.take(mapped).is_none(),
+            "the same address over IPv6"
+        );
+        assert_eq!(sessions.held_by(a), 1);
+        drop(first);
+        assert_eq!(sessions.held_by(a), 0);
+        assert!(sessions.take(a).is_some());
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@
 //! path"). Dropping the set releases everything (the `verbs` wrappers order the destruction).
 
 use crate::control::QpEndpoint;
+use crate::rdma_address::{RdmaAddressError, RdmaDestinations};
 use crate::verbs::{
     CompletionQueue, Context, LinkLayer, MemoryRegion, PathMtu, PathParams, ProtectionDomain,
     QpCaps, QueuePair, RemoteAccess, RemoteEndpoint, RtsParams, VerbsError,
@@ -166,6 +167,19 @@ impl QpSet {
                 gid,
             })
             .collect())
+    }
+
+    /// Refuses a peer whose QPs' RDMA address this node must not send to. Only RoCE carries
+    /// an address in the GID; InfiniBand (and LID routing without a GRH) is left alone.
+    pub fn check_peer_addresses(
+        &self,
+        peer: &[QpEndpoint],
+        allowed: &RdmaDestinations,
+    ) -> Result<(), RdmaAddressError> {
+        if self.sgid_index.is_none() || self.ctx.port_info().link_layer != LinkLayer::Ethernet {
+            return Ok(());
+        }
+        peer.iter().try_for_each(|e| allowed.check(e.gid))
     }
 
     /// The local GID index of the GRH (`None`: InfiniBand LID routing without GRH).

@@ -72,6 +72,7 @@ fn serve_for_attacks() {
             idle_timeout: Duration::from_secs(2),
             io_timeout: IO_TIMEOUT,
             labels: Default::default(),
+            rdma_networks: Vec::new(),
         };
         // Stdin closing (the test ending, however) stops the child.
         let stdin_closed = async {

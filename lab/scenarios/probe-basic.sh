@@ -1,11 +1,15 @@
 # Two nodes: node2 runs the responder, node1 probes it: a validated burst, a paced burst at 40% of
 # the bandwidth that burst measured,
 # a probe to a port with no responder, a wrong PSK, and a second prober during a burst (busy);
-# then node1 scrapes the responder's /metrics. node2 checks that the ACKs of a probe in traffic
-# class 104 (DSCP 26) carry that class on the wire.
+# then node1 scrapes the responder's /metrics, and probes node2 through a second address of
+# node2's, which its RDMA address (GID) does not carry: refused unless that network is allowed.
+# node2 checks that the ACKs of a probe in traffic class 104 (DSCP 26) carry that class on the
+# wire.
 bin=rdma-probe-exporter
 (umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 (umask 077 && echo "c29tZS1vdGhlci1rZXktMDEyMzQ1Njc4OS1wYWRkZWQ=" >/tmp/wrong-psk)
+# node2's second address: its own plus 100 in the last octet, inside the lab's network.
+second_addr() { lab_addr node2 | awk -F. '{print $1"."$2"."$3"."($4 + 100)}'; }
 case $LAB_NODE in
   node2)
     $bin --log-level debug responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk \
@@ -16,6 +20,9 @@ case $LAB_NODE in
     timeout 300 tcpdump -n -p -i "$LAB_NIC" -c 5 \
       "src host $(lab_addr node2) and udp dst port 4791 and (ip[1] & 0xfc) == 104" >acks-dscp26.txt 2>tcpdump.err &
     capture=$!
+    # A second address on the same NIC, added after the responder chose its GID (node2's first
+    # address): a control connection to it reaches a responder whose RDMA address is elsewhere.
+    ip addr add "$(second_addr)/24" dev "$LAB_NIC" || exit 1
     sleep 1
     lab_signal responder-up
     lab_wait_signal node1 done 600
@@ -65,6 +72,11 @@ case $LAB_NODE in
     curl -sS --max-time 10 "http://$(lab_addr node2):9587/metrics" >responder-metrics.txt
     echo "metrics exit=$?" >>exits
     curl -sS --max-time 10 "http://$(lab_addr node2):9587/readyz" >responder-readyz.txt
+    # Through node2's second address: the responder's GID carries its first one.
+    elsewhere() { $bin probe "$(second_addr):18516" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 --messages 10 "$@"; }
+    elsewhere >elsewhere.json; echo "elsewhere exit=$?" >>exits
+    lab_net=$(lab_addr node2 | awk -F. '{print $1"."$2"."$3".0/24"}')
+    elsewhere --rdma-network "$lab_net" >elsewhere-allowed.json; echo "elsewhere-allowed exit=$?" >>exits
     cat exits
     lab_signal done
     ;;

@@ -52,6 +52,7 @@ pub(crate) struct RawConfig {
     pub auth: Option<Spanned<RawAuth>>,
     pub devices: Option<Spanned<Vec<Spanned<RawDevice>>>>,
     pub exclude_devices: Option<Spanned<Vec<Scalar>>>,
+    pub rdma_networks: Option<Spanned<Vec<Scalar>>>,
     pub defaults: Option<Spanned<RawDefaults>>,
     pub discovery: Option<Spanned<RawDiscovery>>,
     pub selection: Option<Spanned<RawSelection>>,

@@ -11,6 +11,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ipnet::IpNet;
+
 use super::address::HostPort;
 use crate::burst::{BurstLength, BurstPlan};
 use crate::control::{AuthMode, Keys, Psk, PskError};
@@ -75,6 +77,8 @@ pub struct Config {
     pub(super) auth: Auth,
     pub(super) devices: Devices,
     pub(super) exclude_devices: Vec<String>,
+    /// Networks a peer's RDMA address may be in besides its control address.
+    pub(super) rdma_networks: Vec<IpNet>,
     pub(super) defaults: ProbeConfig,
     pub(super) peers: Vec<Peer>,
     /// Peers found by discovery, merged in by the exporter ([`Config::with_discovered`]); never
@@ -119,6 +123,13 @@ impl Config {
     /// Devices never touched, not even read in sysfs.
     pub fn exclude_devices(&self) -> &[String] {
         &self.exclude_devices
+    }
+
+    /// Networks a peer's RDMA address (its GID) may be in besides the address of its control
+    /// connection: the rails' subnets on multi-rail nodes (docs/security.md, "Where RDMA traffic
+    /// goes").
+    pub fn rdma_networks(&self) -> &[IpNet] {
+        &self.rdma_networks
     }
 
     /// Whether `device` is excluded.
@@ -599,6 +610,7 @@ impl ProbeConfig {
             timeout: v.timeout,
             max_session_bytes: prober::DEFAULT_MAX_SESSION_BYTES,
             busy_poll: false,
+            rdma_networks: Vec::new(),
         }
     }
 }

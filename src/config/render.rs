@@ -62,6 +62,16 @@ impl Config {
         } else {
             writeln!(out, "exclude_devices: {}", self.exclude_devices.join(", "))?;
         }
+        if self.rdma_networks.is_empty() {
+            writeln!(
+                out,
+                "rdma_networks: none (a peer's RDMA address is its control address)"
+            )?;
+        } else {
+            let networks: Vec<String> =
+                self.rdma_networks.iter().map(ToString::to_string).collect();
+            writeln!(out, "rdma_networks: {}", networks.join(", "))?;
+        }
         writeln!(out, "defaults: {}", settings(&self.defaults, &[]))?;
         if let Some(d) = &self.discovery {
             let dns: Vec<String> = d.dns.iter().map(ToString::to_string).collect();

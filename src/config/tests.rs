@@ -329,6 +329,14 @@ defaults: {cq_mod: auto, mtu: auto, jitter: 0%, unpaced_every: 0}
     assert_eq!((d[1].port, d[1].gid_index), (2, GidIndex::Auto));
     assert_eq!(d[0].local_port().gid_index, Some(3));
     assert_eq!(c.exclude_devices(), ["mlx5_8", "mlx5_9"]);
+    assert!(c.rdma_networks().is_empty());
+    let networks = ok(&minimal("rdma_networks: [10.1.0.0/16, 'fd00:1::/64']\n"));
+    let networks: Vec<String> = networks
+        .rdma_networks()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(networks, ["10.1.0.0/16", "fd00:1::/64"]);
     assert_eq!(c.defaults().jitter(), 0.0);
     assert_eq!(c.defaults().unpaced_every(), 0);
 }
@@ -525,6 +533,10 @@ fn errors_name_file_line_column_field_and_what_is_valid() {
          "devices[0].name", "exclude_devices"),
         (format!("{n}exclude_devices: [m, m]\n"), Kind::Value, 3, 22, "exclude_devices[1]",
          "twice"),
+        (format!("{n}rdma_networks: [10.1.0.0/16, rail-1]\n"), Kind::Value, 3, 30,
+         "rdma_networks[1]", "CIDR"),
+        (format!("{n}rdma_networks: [10.1.2.3/16]\n"), Kind::Value, 3, 17, "rdma_networks[0]",
+         "the network is 10.1.0.0/16"),
         (format!("{n}defaults: {{interval: 0s}}\n"), Kind::Value, 3, 22, "defaults.interval",
          "greater than zero"),
         (format!("{n}defaults: {{interval: 60}}\n"), Kind::Value, 3, 22, "defaults.interval",

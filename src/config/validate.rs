@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use serde_saphyr::Spanned;
 
 use super::address::{
@@ -80,6 +81,10 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         ("devices", "rail") => s("a rail number from 0 to 65535"),
         ("devices", "gid_index") => s("auto or a GID table index (a whole number)"),
         ("", "exclude_devices") => s("a list of RDMA device names, e.g. [mlx5_8]"),
+        ("", "rdma_networks") => s(
+            "a list of networks in CIDR form, e.g. [10.1.0.0/16]: where peers' RDMA addresses \
+             may be besides their control addresses",
+        ),
         ("", "defaults") => s("a mapping of probe settings (interval, burst, rate_limit, ...)"),
         ("", "peers") => s("a list of {name: NAME, address: HOST:PORT, ...}"),
         ("peers", "name") => s(
@@ -441,6 +446,7 @@ impl Ctx<'_> {
         let listen = self.listen(raw.listen.as_ref())?;
         let auth = self.auth(raw.auth.as_ref())?;
         let exclude_devices = self.exclude_devices(raw.exclude_devices.as_ref())?;
+        let rdma_networks = self.rdma_networks(raw.rdma_networks.as_ref())?;
         let devices = self.devices(raw.devices.as_ref(), &exclude_devices)?;
         let empty = RawProbe::default();
         let (defaults_raw, defaults_pos) = match &raw.defaults {
@@ -477,6 +483,7 @@ impl Ctx<'_> {
             auth,
             devices,
             exclude_devices,
+            rdma_networks,
             defaults: defaults.0,
             peers,
             discovered: Vec::new(),
@@ -587,6 +594,33 @@ impl Ctx<'_> {
                 ));
             }
             out.push(name);
+        }
+        Ok(out)
+    }
+
+    fn rdma_networks(&self, raw: Option<&Spanned<Vec<Scalar>>>) -> Result<Vec<IpNet>, ConfigError> {
+        let mut out: Vec<IpNet> = Vec::new();
+        for (i, scalar) in raw.map_or(&[][..], |r| &r.value).iter().enumerate() {
+            let path = format!("rdma_networks[{i}]");
+            let value = self.non_empty(scalar, &path)?;
+            let network: IpNet = value.parse().map_err(|_| {
+                self.invalid(
+                    self.pos(scalar),
+                    &path,
+                    format!("{} is not a network in CIDR form", quote(&value)),
+                )
+            })?;
+            if network.trunc() != network {
+                return Err(self.invalid(
+                    self.pos(scalar),
+                    &path,
+                    format!(
+                        "{network} has host bits set: the network is {}",
+                        network.trunc()
+                    ),
+                ));
+            }
+            out.push(network);
         }
         Ok(out)
     }

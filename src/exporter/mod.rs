@@ -309,5 +309,6 @@ fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> Re
         max_handshakes: MAX_HANDSHAKES,
         idle_timeout: IDLE_TIMEOUT,
         io_timeout: config.defaults().timeout(),
+        rdma_networks: config.rdma_networks().to_vec(),
     }
 }

@@ -138,6 +138,7 @@ pub fn path_specs(
             );
             settings.rail = key.rail;
             settings.max_session_bytes = limits.max_session_bytes;
+            settings.rdma_networks = config.rdma_networks().to_vec();
             let spec = PathSpec {
                 key: key.clone(),
                 role: s.role,

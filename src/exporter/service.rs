@@ -658,6 +658,10 @@ impl Service {
         if old.discovery() != new.discovery() {
             changed.push("discovery");
         }
+        if old.rdma_networks() != new.rdma_networks() {
+            // The probes follow the new list at once; the responder's check keeps the old one.
+            changed.push("rdma_networks (the responder's check)");
+        }
         if !changed.is_empty() {
             tracing::warn!(
                 fields = changed.join(", "),

@@ -213,6 +213,9 @@ pub enum SessionResult {
     /// The client closed or reset the connection before it had a session (port scans, truncated
     /// frames).
     Closed,
+    /// The prober's RDMA address (its GID) was neither where its connection came from nor in
+    /// `rdma_networks`.
+    RdmaAddress,
 }
 
 impl SessionResult {
@@ -227,6 +230,7 @@ impl SessionResult {
             SessionResult::ConnectionLimit => "connection_limit",
             SessionResult::Timeout => "timeout",
             SessionResult::Closed => "closed",
+            SessionResult::RdmaAddress => "rdma_address",
         }
     }
 }

@@ -95,6 +95,15 @@ fn probe_between_two_nodes() {
         f64_of(&long, "elapsed_seconds")
     );
 
+    // Through a second address of node2's, which its GID does not carry: the prober does not
+    // send where whoever answered the connection says, unless the network is listed.
+    let elsewhere = json(&run, "node1", "elsewhere.json");
+    assert_eq!(exit_code(&run, "elsewhere"), "1", "{elsewhere}");
+    assert_eq!(elsewhere["error"], "rdma_address", "{elsewhere}");
+    let allowed = json(&run, "node1", "elsewhere-allowed.json");
+    assert_eq!(exit_code(&run, "elsewhere-allowed"), "0", "{allowed}");
+    assert_eq!(allowed["validated"], true, "{allowed}");
+
     // Nothing listening: connect, fast.
     let refused = json(&run, "node1", "refused.json");
     assert_eq!(exit_code(&run, "refused"), "1");

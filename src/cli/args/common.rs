@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::Args;
+use ipnet::IpNet;
 
 use super::usage_error;
 use crate::control::{AuthMode, Keys, Psk};
@@ -80,6 +81,31 @@ pub struct NodeArgs {
     /// [default: $NODE_NAME if set and not empty, else the host name].
     #[arg(long, value_name = "NAME", value_parser = parse_name)]
     pub node: Option<String>,
+}
+
+/// Where a peer's RDMA traffic may go (shared by `responder` and `probe`).
+#[derive(Debug, Args)]
+pub struct RdmaNetworkArgs {
+    /// A network the peer's RDMA address (its RoCE v2 GID) may be in besides the address its
+    /// control connection reached or came from, e.g. 10.1.0.0/16; repeat for each rail's subnet.
+    /// Without it the GID must carry the control address: whoever answers a connection does not
+    /// choose where the RDMA traffic goes (docs/security.md, "Where RDMA traffic goes").
+    #[arg(long = "rdma-network", value_name = "CIDR", value_parser = parse_rdma_network)]
+    pub rdma_networks: Vec<IpNet>,
+}
+
+/// A network in CIDR form, without host bits.
+fn parse_rdma_network(s: &str) -> Result<IpNet, String> {
+    let network: IpNet = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a network in CIDR form, e.g. 10.1.0.0/16"))?;
+    if network.trunc() != network {
+        return Err(format!(
+            "{network} has host bits set: the network is {}",
+            network.trunc()
+        ));
+    }
+    Ok(network)
 }
 
 /// The environment variable Kubernetes manifests set from `spec.nodeName` (the downward API), so

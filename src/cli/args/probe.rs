@@ -5,7 +5,9 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::Args;
 
-use super::common::{parse_byte_size, parse_duration_flag, parse_name, AuthArgs, NodeArgs};
+use super::common::{
+    parse_byte_size, parse_duration_flag, parse_name, AuthArgs, NodeArgs, RdmaNetworkArgs,
+};
 use super::usage_error;
 use crate::burst::plan::{MAX_QPS, MAX_TX_DEPTH};
 use crate::burst::{BurstLength, BurstPlan};
@@ -101,6 +103,9 @@ pub struct ProbeArgs {
 
     #[command(flatten)]
     pub node: NodeArgs,
+
+    #[command(flatten)]
+    pub rdma: RdmaNetworkArgs,
 
     /// Message (RDMA WRITE) size in bytes; accepts units: 65536, 64K, 64KiB, 1MiB, 64KB (= 64000).
     #[arg(
@@ -379,6 +384,7 @@ impl ProbeArgs {
                 timeout: self.timeout,
                 max_session_bytes: self.max_session_memory.bytes(),
                 busy_poll: self.busy_poll,
+                rdma_networks: self.rdma.rdma_networks,
             },
             plan,
             json: self.json,

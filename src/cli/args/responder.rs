@@ -6,7 +6,9 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::Args;
 
-use super::common::{parse_byte_size, parse_duration_flag, parse_name, AuthArgs, NodeArgs};
+use super::common::{
+    parse_byte_size, parse_duration_flag, parse_name, AuthArgs, NodeArgs, RdmaNetworkArgs,
+};
 use super::usage_error;
 use crate::config::DEFAULT_CONTROL_PORT;
 use crate::responder::{ResponderSettings, ServedDevice};
@@ -53,6 +55,9 @@ pub struct ResponderArgs {
 
     #[command(flatten)]
     pub node: NodeArgs,
+
+    #[command(flatten)]
+    pub rdma: RdmaNetworkArgs,
 
     /// Most concurrent sessions; more are refused.
     #[arg(
@@ -228,6 +233,7 @@ impl ResponderArgs {
                 max_handshakes: usize::try_from(self.max_handshakes).unwrap_or(usize::MAX),
                 idle_timeout: self.idle_timeout,
                 io_timeout: self.timeout,
+                rdma_networks: self.rdma.rdma_networks,
             },
         })
     }
@@ -268,6 +274,44 @@ mod tests {
         assert_eq!(r.settings.max_handshakes, 8);
         assert_eq!(r.settings.io_timeout, Duration::from_secs(10));
         assert_eq!(r.settings.node_name, "b");
+        assert!(r.settings.rdma_networks.is_empty());
+        let (_, action) = parse(&[
+            "responder",
+            "--no-auth",
+            "--node",
+            "b",
+            "--rdma-network",
+            "10.1.0.0/16",
+            "--rdma-network",
+            "10.2.0.0/16",
+        ])
+        .unwrap();
+        let Action::Responder(r) = action else {
+            panic!("expected responder")
+        };
+        let networks: Vec<String> = r
+            .settings
+            .rdma_networks
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(networks, ["10.1.0.0/16", "10.2.0.0/16"]);
+        for (bad, says) in [
+            ("10.1.2.3/16", "the network is 10.1.0.0/16"),
+            ("rail1", "CIDR"),
+        ] {
+            let err = parse(&[
+                "responder",
+                "--no-auth",
+                "--node",
+                "b",
+                "--rdma-network",
+                bad,
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
 
         let (_, action) = parse(&[
             "responder",

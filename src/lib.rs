@@ -22,6 +22,7 @@ pub mod port;
 pub mod prober;
 pub mod readiness;
 pub mod reason;
+pub mod reload;
 pub mod responder;
 pub mod schedule;
 pub mod session;

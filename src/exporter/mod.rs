@@ -43,11 +43,12 @@ use crate::metrics::Metrics;
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
 use crate::readiness::Readiness;
+use crate::reload::ReloadRequest;
 use crate::responder::{self, ResponderSettings, ServedDevice};
 use crate::schedule::{seed_from_name, ScheduleConfig, Scheduler};
 use crate::verbs::VerbsError;
 
-pub use service::{ReloadRequest, UNKNOWN_PEER_DEVICE};
+pub use service::UNKNOWN_PEER_DEVICE;
 
 /// Results and events in flight between tasks: bounded, so a stuck consumer slows the loop
 /// instead of growing memory.

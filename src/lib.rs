@@ -9,6 +9,7 @@ pub mod burst;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod cpu_time;
 pub mod discovery;
 pub mod exporter;
 pub mod flow;

@@ -12,8 +12,8 @@
 //! - the **responder** serves the other nodes' probes on the same devices;
 //! - the **admin HTTP server** serves `/metrics`, `/healthz`, `/readyz`, `POST /-/reload` and
 //!   the status page;
-//! - a **file watcher** ([`config_file::watch_file`]) asks for a reload when the config file's content changes (also when a
-//!   Kubernetes ConfigMap swaps its symlink);
+//! - a **file watcher** ([`config_file::watch_file`]) asks for a reload when the config file's
+//!   content changes (also when a Kubernetes ConfigMap swaps its symlink);
 //! - with a `discovery` section, the **discovery** tasks ([`crate::discovery`]) publish the
 //!   discovered peers, which the service loop merges with the config's;
 //! - a **port reader** ([`ports::run`]) reads the probed ports' facts from sysfs every 30 s for

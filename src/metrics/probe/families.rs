@@ -163,7 +163,14 @@ impl ProbeFamilies {
             shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
         };
-        let f = &families;
+        families.register_paths(registry);
+        families.register_node(registry);
+        families
+    }
+
+    /// The per-path families, in the order `/metrics` lists them.
+    fn register_paths(&self, registry: &mut Registry) {
+        let f = self;
         macro_rules! add {
             ($name:literal, $help:literal, $metric:expr) => {
                 registry.register(format!("{PREFIX}_{}", $name), $help, $metric)
@@ -271,6 +278,16 @@ impl ProbeFamilies {
             "Failed probes of this path since its last success",
             f.consecutive_failures.clone()
         );
+    }
+
+    /// The node's families: config reloads, static labels, the schedule and the series budget.
+    fn register_node(&self, registry: &mut Registry) {
+        let f = self;
+        macro_rules! add {
+            ($name:literal, $help:literal, $metric:expr) => {
+                registry.register(format!("{PREFIX}_{}", $name), $help, $metric)
+            };
+        }
         add!(
             "config_reload_success",
             "1 if the last config (re)load succeeded, else 0",
@@ -345,7 +362,6 @@ impl ProbeFamilies {
              (message rates, setup time, byte and message totals)",
             f.shed_level.clone()
         );
-        families
     }
 }
 

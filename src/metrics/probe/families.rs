@@ -16,7 +16,7 @@ use crate::metrics::PREFIX;
 use crate::port::CounterKind;
 use crate::prober::BurstKind;
 
-pub(super) type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// A probed path: (local device, peer, peer device).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet, Serialize)]

@@ -5,11 +5,12 @@
 //! [`ProbeRecorder`], which owns the families and the table of known paths. A scrape encodes the
 //! registry (atomics behind read locks) and never waits on a burst; the status page reads a
 //! [`PathSnapshot`] copy of the table. One writer also makes the series bookkeeping simple: a
-//! path removed by a reload loses every one of its series, reasons and results included.//!
-//! - [`event`]: what the recorder is told ([`ProbeEvent`], [`ProbeRecord`]);
-//! - [`families`]: the families and their label sets, registered once;
-//! - [`recorder`]: [`ProbeRecorder`], the one writer of the families and of the path table;
-//! - [`snapshot`]: the path table the status page reads.
+//! path removed by a reload loses every one of its series, reasons and results included.
+//!
+//! - `event`: what the recorder is told ([`ProbeEvent`], [`ProbeRecord`]);
+//! - `families`: the families and their label sets, registered once;
+//! - `recorder`: [`ProbeRecorder`], the one writer of the families and of the path table;
+//! - `snapshot`: the path table the status page reads ([`PathStatus`]).
 
 mod event;
 mod families;

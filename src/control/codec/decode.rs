@@ -18,7 +18,7 @@ use crate::control::message::{escape_unsafe_chars, object_form, Message};
 /// wrong version or oversize length as soon as the header is complete (before waiting for, or
 /// buffering, the payload). A protected frame is an error here: [`seal::Opener`] opens those.
 ///
-/// [`seal::Opener`]: super::seal::Opener
+/// [`seal::Opener`]: crate::control::seal::Opener
 pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, CodecError> {
     decode_with_version(buf, PROTOCOL_VERSION)
 }

@@ -21,8 +21,8 @@ use crate::control::{
     client_handshake, connect, AuthMode, BurstOutcome, Connection, ControlError, Message,
     QpEndpoint, SessionRequest,
 };
+use crate::cpu_time::process_cpu_seconds;
 use crate::flow::{self, FlowLabels};
-use crate::metrics::process::process_cpu_seconds;
 use crate::placement::{self, Placement};
 use crate::port::{
     self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, CounterSnapshot, IncreaseStatus,

@@ -1,7 +1,8 @@
 //! Fuzz the control protocol decoder: it faces the network before authentication, so no input may
 //! make it panic, over-read, or allocate on the strength of an untrusted length.
 //!
-//! Properties (the same as the proptest tests in `src/control/codec.rs`, for stable toolchains):
+//! Properties (the same as the proptest tests in `src/control/codec/tests/properties.rs`, for
+//! stable toolchains):
 //! * `decode` returns, never panics;
 //! * a decoded frame's consumed length lies within the input and the frame limit;
 //! * `Ok(None)` ("need more bytes") only for inputs shorter than the frame limit;

@@ -25,6 +25,7 @@ use crate::http;
 use crate::metrics::Metrics;
 use crate::port::{DeviceFacts, PortError, Sysfs};
 use crate::readiness::Readiness;
+use crate::reload::ReloadRequest;
 use crate::{exporter, prober, responder, verbs};
 
 /// Installs the global tracing subscriber: stderr, text (colored only on a terminal) or JSON
@@ -138,11 +139,7 @@ async fn run_exporter(
     let on_hangup = tokio::spawn(async move {
         while hangup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the config");
-            if hangups
-                .send(exporter::ReloadRequest { reply: None })
-                .await
-                .is_err()
-            {
+            if hangups.send(ReloadRequest { reply: None }).await.is_err() {
                 return;
             }
         }

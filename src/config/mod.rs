@@ -44,8 +44,6 @@ pub use model::{
     DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_REFRESH_INTERVAL,
     DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
 };
-pub use validate::RESERVED_LABELS;
-pub(crate) use validate::{check_label_name, check_label_value};
 
 /// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
 /// this a file is a mistake or hostile, and is refused before it is parsed. (Large clusters use

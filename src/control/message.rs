@@ -48,6 +48,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::reason::ErrorReason;
+pub use crate::text::{escape_unsafe_chars, is_unsafe_char};
 
 /// 32 random bytes chosen by one side of the handshake; see `auth`.
 pub type Nonce = [u8; 32];
@@ -319,7 +320,7 @@ fn check_label(field: &str, name: &str, value: &str) -> Result<(), String> {
     }
     // The config's rule quotes the name; escaped again so that no character of it gets through
     // whatever `Debug` leaves as it is.
-    crate::config::check_label_name(name)
+    crate::label::check_label_name(name)
         .map_err(|e| format!("{field}: {}", escape_unsafe_chars(&e)))?;
     let field = format!("{field}.{name}");
     if value.is_empty() {
@@ -518,42 +519,6 @@ impl Message {
             _ => {}
         }
     }
-}
-
-/// Whether `c` must not reach a terminal, a log line or a label unescaped: C0 and C1 controls
-/// (ESC starts terminal sequences, CR and LF forge log lines, NUL truncates C strings), the Unicode
-/// line and paragraph separators (line breaks to some log viewers), and the bidirectional marks,
-/// embeddings, overrides and isolates (they reorder what is displayed around them).
-pub fn is_unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}'
-                | '\u{2029}'
-                | '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-        )
-}
-
-/// `text` with every [`is_unsafe_char`] written as Rust's `\u{..}` escape, so the reader still
-/// sees which character the peer sent. Borrowed when there is nothing to escape, which is the
-/// normal case.
-pub fn escape_unsafe_chars(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe_char) {
-        return Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if is_unsafe_char(c) {
-            escaped.extend(c.escape_unicode());
-        } else {
-            escaped.push(c);
-        }
-    }
-    Cow::Owned(escaped)
 }
 
 fn escape_in_place(text: &mut String) {

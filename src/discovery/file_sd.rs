@@ -29,9 +29,8 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use super::state::{SourceReport, Target};
-use crate::config::{
-    check_label_name, check_label_value, parse_host_port, Labels, DEFAULT_CONTROL_PORT,
-};
+use crate::config::{parse_host_port, Labels, DEFAULT_CONTROL_PORT};
+use crate::label::{check_label_name, check_label_value};
 
 /// How often the files are checked for a change: a new or changed list is taken within this.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);

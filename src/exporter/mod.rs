@@ -12,19 +12,19 @@
 //! - the **responder** serves the other nodes' probes on the same devices;
 //! - the **admin HTTP server** serves `/metrics`, `/healthz`, `/readyz`, `POST /-/reload` and
 //!   the status page;
-//! - a **file watcher** asks for a reload when the config file's content changes (also when a
-//!   Kubernetes ConfigMap swaps its symlink);
+//! - a **file watcher** ([`config_file::watch_file`]) asks for a reload when the config file's
+//!   content changes (also when a Kubernetes ConfigMap swaps its symlink);
 //! - with a `discovery` section, the **discovery** tasks ([`crate::discovery`]) publish the
 //!   discovered peers, which the service loop merges with the config's;
 //! - a **port reader** ([`ports::run`]) reads the probed ports' facts from sysfs every 30 s for
 //!   the port and PCIe gauges.
 
+pub mod config_file;
 pub mod device;
 pub mod identity;
 pub mod paths;
 pub mod ports;
 pub mod service;
-pub mod watch;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch as signal};
+use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
@@ -43,11 +43,12 @@ use crate::metrics::Metrics;
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
 use crate::readiness::Readiness;
+use crate::reload::ReloadRequest;
 use crate::responder::{self, ResponderSettings, ServedDevice};
 use crate::schedule::{seed_from_name, ScheduleConfig, Scheduler};
 use crate::verbs::VerbsError;
 
-pub use service::{ReloadRequest, UNKNOWN_PEER_DEVICE};
+pub use service::UNKNOWN_PEER_DEVICE;
 
 /// Results and events in flight between tasks: bounded, so a stuck consumer slows the loop
 /// instead of growing memory.
@@ -120,7 +121,7 @@ pub async fn run(
     let paths = recorder.snapshot();
     let recorder_task = tokio::spawn(recorder.run(events_rx));
 
-    let (stop, stop_rx) = signal::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
     let (finished, finished_rx) = mpsc::channel(EVENT_QUEUE);
     let mut workers = BTreeMap::new();
     let mut worker_tasks = Vec::new();
@@ -144,7 +145,7 @@ pub async fn run(
     let readiness = Readiness::default();
     // Set once the config's paths are scheduled; the responder adds one per served device.
     let probing = readiness.condition("exporter: config loaded, paths scheduled");
-    let stopped = |mut rx: signal::Receiver<bool>| async move {
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut responder_task = tokio::spawn(responder::run(
@@ -165,10 +166,10 @@ pub async fn run(
         },
         stopped(stop_rx.clone()),
     ));
-    let watcher = tokio::spawn(watch::watch_file(
+    let watcher = tokio::spawn(config_file::watch_file(
         config_path.clone(),
         reload_tx,
-        watch::POLL_INTERVAL,
+        config_file::POLL_INTERVAL,
     ));
     let port_facts = tokio::spawn(ports::run(
         Sysfs::system().excluding(config.exclude_devices().iter().cloned()),

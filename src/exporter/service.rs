@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use super::device::{DeviceCommand, ProbeFinished};
 use super::identity::{configured_node, peer_info_labels, PeerIdentities, Unmatched};
@@ -21,6 +21,7 @@ use crate::discovery::{self, DiscoveredPeer};
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
+use crate::reload::ReloadRequest;
 use crate::schedule::{
     fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Role, Rotation, ScheduleConfig,
     Scheduler, Selected, Selector,
@@ -32,12 +33,6 @@ pub const UNKNOWN_PEER_DEVICE: &str = "unknown";
 
 /// How soon the service looks at the wall clock again when a round timer fired early.
 const ROUND_RECHECK: Duration = Duration::from_millis(100);
-
-/// A reload asked over HTTP or by a signal; the answer says whether the new file was taken.
-#[derive(Debug)]
-pub struct ReloadRequest {
-    pub reply: Option<oneshot::Sender<Result<(), String>>>,
-}
 
 /// The state the service loop owns.
 pub struct Service {

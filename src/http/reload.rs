@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
-use crate::exporter::ReloadRequest;
+use crate::reload::ReloadRequest;
 
 /// The header a loopback caller must send (any value): a browser cannot add it to a cross-site
 /// request without a CORS preflight, which this server never grants.

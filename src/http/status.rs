@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::metrics::probe::{PathLabels, PathState, ProbeResult};
+use crate::metrics::probe::{PathLabels, PathStatus, ProbeResult};
 use crate::prober::BurstKind;
 
 /// The page for `paths` as of `now_unix_seconds`.
-pub fn render(paths: &BTreeMap<PathLabels, PathState>, now_unix_seconds: f64) -> String {
+pub fn render(paths: &BTreeMap<PathLabels, PathStatus>, now_unix_seconds: f64) -> String {
     let mut page = String::with_capacity(1024 + paths.len() * 400);
     page.push_str(concat!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -48,14 +48,14 @@ pub fn render(paths: &BTreeMap<PathLabels, PathState>, now_unix_seconds: f64) ->
     page
 }
 
-fn is_failing(state: &PathState) -> bool {
+fn is_failing(state: &PathStatus) -> bool {
     matches!(
         state.last.as_ref().map(|r| &r.result),
         Some(ProbeResult::Failure { .. })
     )
 }
 
-fn row(page: &mut String, state: &PathState, now: f64) {
+fn row(page: &mut String, state: &PathStatus, now: f64) {
     let p = &state.path;
     let (class, result, figures) = match state.last.as_ref().map(|r| &r.result) {
         None => ("", "not probed yet".to_string(), None),
@@ -143,8 +143,8 @@ mod tests {
     use crate::metrics::probe::{BurstFigures, ProbeRecord};
     use crate::reason::ErrorReason;
 
-    fn state(peer: &str, result: ProbeResult, at: f64) -> PathState {
-        PathState {
+    fn state(peer: &str, result: ProbeResult, at: f64) -> PathStatus {
+        PathStatus {
             path: PathLabels {
                 device: "mlx5_0".into(),
                 peer: peer.into(),

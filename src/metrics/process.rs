@@ -2,13 +2,15 @@
 //! `rdma_probe_` prefix), read from the kernel at each scrape: operators compare the exporter's
 //! CPU and memory with the jobs it shares the node with, with the queries they already have.
 
-use nix::sys::resource::{getrlimit, getrusage, Resource, UsageWho};
+use nix::sys::resource::{getrlimit, Resource};
 use nix::unistd::{sysconf, SysconfVar};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
+
+use crate::cpu_time::process_cpu_seconds;
 
 /// What `/proc/self/stat` tells that `getrusage` does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,16 +139,6 @@ fn gauge(
 ) -> Result<(), std::fmt::Error> {
     let gauge = ConstGauge::new(value);
     gauge.encode(encoder.encode_descriptor(name, help, unit.as_ref(), gauge.metric_type())?)
-}
-
-/// User plus system CPU time of the whole process (all threads) so far.
-pub fn process_cpu_seconds() -> Option<f64> {
-    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
-    Some(timeval_seconds(usage.user_time()) + timeval_seconds(usage.system_time()))
-}
-
-fn timeval_seconds(tv: nix::sys::time::TimeVal) -> f64 {
-    tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6
 }
 
 #[cfg(test)]

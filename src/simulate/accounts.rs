@@ -9,7 +9,7 @@ use crate::metrics::budget::{PathSeries, SeriesBudget};
 use super::rail::{Probe, RailSim};
 use super::report::NodeFigures;
 use super::stats::{path_id, path_of, NodeStats};
-use super::{times, Context, SimKey};
+use super::{times, SimContext, SimKey};
 
 /// One node's series budget and figures.
 pub(super) struct Accounts {
@@ -20,7 +20,7 @@ pub(super) struct Accounts {
 }
 
 impl Accounts {
-    pub fn new(ctx: &Context) -> Self {
+    pub fn new(ctx: &SimContext) -> Self {
         let config = ctx.config;
         Accounts {
             budget: SeriesBudget::new(config.series.budget, config.series.ttl),
@@ -31,7 +31,7 @@ impl Accounts {
 
     /// Node `n`'s probes of the chunk just run, from every rail, in the order the node started
     /// them: by time, then rail (a node's devices are polled in rail order).
-    pub fn replay(&mut self, n: usize, rails: &[RailSim], ctx: &Context) {
+    pub fn replay(&mut self, n: usize, rails: &[RailSim], ctx: &SimContext) {
         let mut logs: Vec<&[Probe]> = rails.iter().map(|r| r.probes_of(n)).collect();
         loop {
             let mut first: Option<(u64, usize)> = None;
@@ -53,7 +53,7 @@ impl Accounts {
     }
 
     /// A probe (or `busy` answer) of node `n` on `rail`: its series on `/metrics`.
-    fn record(&mut self, n: usize, rail: u16, probe: Probe, rails: &[RailSim], ctx: &Context) {
+    fn record(&mut self, n: usize, rail: u16, probe: Probe, rails: &[RailSim], ctx: &SimContext) {
         let config = ctx.config;
         let t = Duration::from_nanos(probe.at);
         let peer = probe.peer as usize;
@@ -80,7 +80,7 @@ impl Accounts {
     }
 
     /// Takes off `/metrics` the paths out of node `n`'s selection not probed for the TTL.
-    fn expire(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &Context) {
+    fn expire(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &SimContext) {
         let nodes = ctx.config.nodes;
         self.budget.expire(t, |id| {
             let (peer, rail) = path_of(*id, nodes);
@@ -94,7 +94,7 @@ impl Accounts {
 
     /// Samples node `n`'s figures at `t` (each round, and the end): series, paths, duty cycle
     /// (as its rails noted them at `t`).
-    pub fn sample(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &Context) {
+    pub fn sample(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &SimContext) {
         let config = ctx.config;
         self.expire(n, t, rails, ctx);
         let peers = self.budget.peers(|id| path_of(*id, config.nodes).0);
@@ -121,7 +121,7 @@ impl Accounts {
         n: usize,
         end: Duration,
         rails: &[RailSim],
-        ctx: &Context,
+        ctx: &SimContext,
     ) -> NodeFigures {
         let burst_time: Vec<Duration> = rails
             .iter()

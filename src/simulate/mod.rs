@@ -261,7 +261,7 @@ struct RailSelection {
 }
 
 /// What every part of the simulation reads and none changes.
-struct Context<'a> {
+struct SimContext<'a> {
     config: &'a SimulationConfig,
     schedule: ScheduleConfig,
     /// Per node: its scheduler's seed (from its name, as on a real node).
@@ -275,7 +275,7 @@ struct Context<'a> {
     track_all: bool,
 }
 
-impl Context<'_> {
+impl SimContext<'_> {
     fn same_group(&self, n: usize, peer: usize) -> bool {
         peer / self.config.nodes_per_group == n / self.config.nodes_per_group
     }
@@ -323,7 +323,7 @@ pub fn run(
 }
 
 struct Sim<'a> {
-    ctx: Context<'a>,
+    ctx: SimContext<'a>,
     layout: Arc<Layout>,
     selectors: Vec<Selector>,
     /// Per rail (in rail order), that rail of every node.
@@ -334,7 +334,7 @@ struct Sim<'a> {
 }
 
 /// What the nodes share: the context, the cluster's layout, and every node's selector.
-fn setup(config: &SimulationConfig) -> (Context<'_>, Arc<Layout>, Vec<Selector>) {
+fn setup(config: &SimulationConfig) -> (SimContext<'_>, Arc<Layout>, Vec<Selector>) {
     let names: Vec<String> = (0..config.nodes).map(node_name).collect();
     let labels: Vec<std::collections::BTreeMap<String, String>> = (0..config.nodes)
         .map(|i| {
@@ -356,7 +356,7 @@ fn setup(config: &SimulationConfig) -> (Context<'_>, Arc<Layout>, Vec<Selector>)
         .iter()
         .map(|name| Selector::with_layout(name, layout.clone(), &devices, &config.selection))
         .collect();
-    let ctx = Context {
+    let ctx = SimContext {
         config,
         schedule: ScheduleConfig::with_duty_cycle(config.duty_cycle),
         seeds: names.iter().map(|name| seed_from_name(name)).collect(),

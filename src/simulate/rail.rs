@@ -22,7 +22,7 @@ use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler};
 
 use super::stats::RailGaps;
 use super::{
-    fitted_plans, longest_fixed_plan, nanos, Context, RailSelection, SimKey, SimulateError,
+    fitted_plans, longest_fixed_plan, nanos, RailSelection, SimContext, SimKey, SimulateError,
     BUSY_ANSWER,
 };
 
@@ -106,7 +106,7 @@ fn wake_for(sched: &Scheduler<SimKey>, rail: u16, end: u64, busy: bool) -> u64 {
 }
 
 impl RailSim {
-    pub fn new(rail: u16, ctx: &Context) -> Result<Self, SimulateError> {
+    pub fn new(rail: u16, ctx: &SimContext) -> Result<Self, SimulateError> {
         let nodes = ctx.config.nodes;
         let mut devices = Vec::with_capacity(nodes);
         for seed in &ctx.seeds {
@@ -141,7 +141,7 @@ impl RailSim {
         &mut self,
         n: usize,
         selection: RailSelection,
-        ctx: &Context,
+        ctx: &SimContext,
     ) -> Result<Duration, SimulateError> {
         let dev = &mut self.devices[n];
         let sampled = selection.sampled.iter().map(|s| s.key).collect();
@@ -174,7 +174,7 @@ impl RailSim {
     }
 
     /// Runs every wake-up before `until` (ns), in time order (ties: node order).
-    pub fn run_until(&mut self, until: u64, ctx: &Context) {
+    pub fn run_until(&mut self, until: u64, ctx: &SimContext) {
         while let Some(&Reverse((wake, n))) = self.queue.peek() {
             if wake >= until {
                 break;
@@ -187,7 +187,7 @@ impl RailSim {
 
     /// What a node's device does at `t`: its burst if it ended, then new bursts; returns its
     /// next wake-up.
-    fn step(&mut self, n: usize, t: u64, ctx: &Context) -> u64 {
+    fn step(&mut self, n: usize, t: u64, ctx: &SimContext) -> u64 {
         self.complete(n, t, ctx);
         self.poll(n, t, ctx);
         let wake = self.next_wake(n, t);
@@ -196,7 +196,7 @@ impl RailSim {
     }
 
     /// Reports node `n`'s burst if it ended by `now`, at its end time.
-    fn complete(&mut self, n: usize, now: u64, ctx: &Context) {
+    fn complete(&mut self, n: usize, now: u64, ctx: &SimContext) {
         let dev = &mut self.devices[n];
         let done = dev.burst;
         if !done.running || done.end > now {
@@ -219,7 +219,7 @@ impl RailSim {
         }
     }
 
-    fn poll(&mut self, n: usize, t: u64, ctx: &Context) {
+    fn poll(&mut self, n: usize, t: u64, ctx: &SimContext) {
         let mut dispatches = std::mem::take(&mut self.dispatches);
         self.devices[n]
             .sched
@@ -231,7 +231,7 @@ impl RailSim {
     }
 
     /// Starts a burst of node `n` on `key` at `now`, or gets `busy` from the responder.
-    fn attempt(&mut self, n: usize, key: SimKey, now: u64, ctx: &Context) {
+    fn attempt(&mut self, n: usize, key: SimKey, now: u64, ctx: &SimContext) {
         let config = ctx.config;
         let peer = key.peer as usize;
         let responder = &mut self.responders[peer];
@@ -286,7 +286,7 @@ impl RailSim {
         round: u64,
         t: u64,
         wanted: &[RailSelection],
-        ctx: &Context,
+        ctx: &SimContext,
     ) -> Result<(), SimulateError> {
         let at = Duration::from_nanos(t);
         for (n, selection) in wanted.iter().enumerate() {
@@ -307,7 +307,7 @@ impl RailSim {
         round: u64,
         t: Duration,
         selection: &RailSelection,
-        ctx: &Context,
+        ctx: &SimContext,
     ) -> Result<(), SimulateError> {
         let config = ctx.config;
         let dev = &mut self.devices[n];
@@ -353,7 +353,7 @@ impl RailSim {
     }
 
     /// The end at `t` (ns): every burst that ended is reported, and the figures noted.
-    pub fn finish(&mut self, t: u64, ctx: &Context) {
+    pub fn finish(&mut self, t: u64, ctx: &SimContext) {
         for n in 0..self.devices.len() {
             self.complete(n, t, ctx);
             self.note_figures(n, Duration::from_nanos(t));

@@ -15,8 +15,8 @@ use crate::schedule::{Outcome, PathPlan, Rotation, Scheduler};
 
 use super::stats::{gap_figures, path_id, path_of, NodeStats, RailGaps};
 use super::{
-    fitted_plans, longest_fixed_plan, nanos, node_selection, setup, times, Context, Report, SimKey,
-    SimulationConfig, BUSY_ANSWER,
+    fitted_plans, longest_fixed_plan, nanos, node_selection, setup, times, Report, SimContext,
+    SimKey, SimulationConfig, BUSY_ANSWER,
 };
 
 /// A burst (or `busy` answer) a device runs. Times in nanoseconds of virtual time.
@@ -58,7 +58,7 @@ struct Probe {
 }
 
 struct Cluster<'a> {
-    ctx: Context<'a>,
+    ctx: SimContext<'a>,
     /// `[rail][node]`.
     devices: Vec<Vec<Device>>,
     /// `[rail][node]`: when the responder device is free again (ns), and how many probers

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::oneshot;
+
 use super::*;
 use crate::burst::BurstReport;
 use crate::metrics::probe::ProbeResult;

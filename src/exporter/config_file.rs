@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::service::ReloadRequest;
+use crate::reload::ReloadRequest;
 
 /// How often the config file is checked for a change.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);

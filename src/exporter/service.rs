@@ -401,7 +401,16 @@ impl Service {
                 counts.push((device.clone(), why.as_str(), n as u64));
             }
         }
-        self.emit(ProbeEvent::SkippedPaths(counts)).await;
+        let paths = self
+            .unmatched
+            .iter()
+            .map(|(key, why)| (self.labels(key), why.as_str()))
+            .collect();
+        self.emit(ProbeEvent::SkippedPaths {
+            per_device: counts,
+            paths,
+        })
+        .await;
     }
 
     /// Labels follow the peer's answer: when its device on the rail changes (or is first

@@ -468,7 +468,7 @@ fn with_address_only_peers() -> String {
 
 fn skipped(events: &[ProbeEvent]) -> Option<&Vec<(String, &'static str, u64)>> {
     events.iter().rev().find_map(|e| match e {
-        ProbeEvent::SkippedPaths(counts) => Some(counts),
+        ProbeEvent::SkippedPaths { per_device, .. } => Some(per_device),
         _ => None,
     })
 }
@@ -553,6 +553,17 @@ async fn paths_the_peer_cannot_answer_or_to_this_node_leave_the_schedule_and_com
         counts.contains(&("rxe0".to_owned(), "itself", 1)),
         "{counts:?}"
     );
+    // Each skipped path is told by its labels, so it stays visible on /metrics.
+    let paths = events.iter().rev().find_map(|e| match e {
+        ProbeEvent::SkippedPaths { paths, .. } => Some(paths),
+        _ => None,
+    });
+    let paths: Vec<(&str, &str)> = paths
+        .unwrap()
+        .iter()
+        .map(|(l, why)| (l.peer.as_str(), *why))
+        .collect();
+    assert_eq!(paths, [("192.0.2.15", "no_rail"), ("192.0.2.16", "itself")]);
     // Neither counts as a result of its path: no failure, no success, and its series go.
     for peer in ["192.0.2.15", "192.0.2.16"] {
         assert!(completed(&events, peer).is_empty(), "{peer}: {events:#?}");

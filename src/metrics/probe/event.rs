@@ -278,8 +278,12 @@ pub enum ProbeEvent {
         peer: String,
         labels: Vec<(String, String)>,
     },
-    /// Paths left out of the schedule by what their peer said, per (local device, reason).
-    SkippedPaths(Vec<(String, &'static str, u64)>),
+    /// Paths left out of the schedule by what their peer said: how many per (local device,
+    /// reason), and each path with its reason (every path left out now; the others are not).
+    SkippedPaths {
+        per_device: Vec<(String, &'static str, u64)>,
+        paths: Vec<(PathLabels, &'static str)>,
+    },
     /// A local device's scheduling figures (docs/schedule.md, "Metrics").
     Schedule(DeviceScheduleFigures),
     /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").

@@ -112,6 +112,7 @@ pub struct ProbeFamilies {
     pub(super) peer_info: Family<Vec<(String, String)>, Gauge>,
     pub(super) schedule_paths: Family<DeviceLabels, Gauge>,
     pub(super) schedule_skipped: Family<SkippedLabels, Gauge>,
+    pub(super) path_skipped: Family<ReasonLabels, Gauge>,
     pub(super) duty_cycle: Family<DeviceLabels, FloatGauge>,
     pub(super) duty_cycle_budget: FloatGauge,
     pub(super) demand: Family<DeviceLabels, FloatGauge>,
@@ -153,6 +154,7 @@ impl ProbeFamilies {
             peer_info: Family::default(),
             schedule_paths: Family::default(),
             schedule_skipped: Family::default(),
+            path_skipped: Family::default(),
             duty_cycle: Family::default(),
             duty_cycle_budget: FloatGauge::default(),
             demand: Family::default(),
@@ -319,6 +321,12 @@ impl ProbeFamilies {
             "Paths of this local device not probed because of what the peer reported: no device \
              on the device's rail (no_rail), or the peer is this node (itself)",
             f.schedule_skipped.clone()
+        );
+        add!(
+            "path_skipped",
+            "1 while this path is not probed because of what its peer reported (reason as in \
+             schedule_skipped_paths); its measurement series are off /metrics meanwhile",
+            f.path_skipped.clone()
         );
         add!(
             "schedule_duty_cycle_ratio",

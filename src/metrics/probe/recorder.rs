@@ -172,12 +172,19 @@ impl ProbeRecorder {
             }
             ProbeEvent::Info(info) => self.on_info(info),
             ProbeEvent::PeerLabels { peer, labels } => self.on_peer_labels(peer, labels),
-            ProbeEvent::SkippedPaths(counts) => {
-                for (device, reason, n) in counts {
+            ProbeEvent::SkippedPaths { per_device, paths } => {
+                for (device, reason, n) in per_device {
                     self.families
                         .schedule_skipped
                         .get_or_create(&SkippedLabels { device, reason })
                         .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+                self.families.path_skipped.clear();
+                for (path, reason) in paths {
+                    self.families
+                        .path_skipped
+                        .get_or_create(&reason_labels(&path, reason))
+                        .set(1);
                 }
             }
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),

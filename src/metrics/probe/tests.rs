@@ -805,14 +805,41 @@ fn peer_info_gains_what_the_peer_said_and_never_the_path_labels() {
 }
 
 #[test]
-fn skipped_paths_are_counted_per_device_and_reason() {
+fn skipped_paths_are_counted_per_device_and_reason_and_shown_per_path() {
     let metrics = Metrics::for_exporter();
     let mut recorder = ProbeRecorder::new(metrics.probes.clone().unwrap());
-    recorder.apply(ProbeEvent::SkippedPaths(vec![
-        ("mlx5_0".into(), "no_rail", 3),
-        ("mlx5_0".into(), "itself", 0),
-    ]));
+    let skipped = |peer: &str| PathLabels {
+        device: "mlx5_0".into(),
+        peer: peer.into(),
+        peer_device: "unknown".into(),
+    };
+    recorder.apply(ProbeEvent::SkippedPaths {
+        per_device: vec![
+            ("mlx5_0".into(), "no_rail", 3),
+            ("mlx5_0".into(), "itself", 0),
+        ],
+        paths: vec![
+            (skipped("node-b"), "no_rail"),
+            (skipped("node-c"), "itself"),
+        ],
+    });
     let text = metrics.encode(Format::PrometheusText).unwrap();
+    for (peer, reason) in [("node-b", "no_rail"), ("node-c", "itself")] {
+        let series = format!(
+            r#"rdma_probe_path_skipped{{device="mlx5_0",peer="{peer}",peer_device="unknown",reason="{reason}"}}"#
+        );
+        assert_eq!(sample(&text, &series), Some(1.0), "{text}");
+    }
+    // A path probed again leaves the list, and its skipped series goes.
+    recorder.apply(ProbeEvent::SkippedPaths {
+        per_device: vec![("mlx5_0".into(), "itself", 0)],
+        paths: vec![(skipped("node-b"), "no_rail")],
+    });
+    let later = metrics.encode(Format::PrometheusText).unwrap();
+    assert!(
+        !later.contains(r#"peer="node-c",peer_device="unknown",reason="itself""#),
+        "{later}"
+    );
     assert_eq!(
         sample(
             &text,

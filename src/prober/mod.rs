@@ -4,6 +4,13 @@
 //! Setup (control handshake + QP bring-up) is timed separately from the burst so a slow
 //! handshake never reads as a slow link, and the session stays warm: a later burst costs its data,
 //! not a handshake (docs/architecture.md, "One probe, end to end").
+//!
+//! Here: the settings, the error and [`probe_once`]. [`Session`] (`session.rs`) sets up one
+//! session and runs its bursts on the device's [`BurstWorker`] (`worker.rs`); [`WarmSession`]
+//! (`warm.rs`) keeps one warm across bursts. `checks.rs` holds what is checked before a session,
+//! `slots.rs` the memory it asks for, `sysfs.rs` the reads off the async workers, `outcome.rs`
+//! and `request.rs` what a burst is asked for and what a probe reports.
+
 mod checks;
 mod outcome;
 mod request;

@@ -13,6 +13,11 @@
 //! control message (`SessionHandler`). Registering, checking and freeing memory runs on
 //! blocking threads, never on the async workers, so one session's large region never stalls
 //! another's timers.
+//!
+//! Here: the settings, [`run`] and the accept loop. `admission.rs` decides who gets a session,
+//! `failure.rs` how a refusal is told, counted and logged, `served.rs` holds the devices and the
+//! state sessions share, `select.rs` picks a request's device, `memory.rs` keeps the pinned
+//! budget, `session.rs` serves one prober's session and `verify.rs` checks a burst's data.
 
 mod admission;
 mod failure;

@@ -357,7 +357,7 @@ impl Schedule {
 
     fn mac(&self, label: &[u8], transcript: &Transcript) -> HmacSha256 {
         // HMAC accepts keys of any length, so this cannot fail.
-        let mut mac = <HmacSha256 as Mac>::new_from_slice(self.proof_key.as_ref())
+        let mut mac = <HmacSha256 as hmac::KeyInit>::new_from_slice(self.proof_key.as_ref())
             .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         mac.update(label);
         mac.update(&transcript.0);
@@ -521,6 +521,16 @@ mod tests {
     use super::*;
 
     const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    /// The key-derived states of the MAC and the KDF are SHA-256 states (HMAC's inner and
+    /// outer digests; HKDF holds an HMAC), and those wipe themselves when dropped with sha2's
+    /// `zeroize` feature: this does not compile without it.
+    #[test]
+    fn the_hash_states_under_the_mac_and_kdf_wipe_themselves() {
+        fn wiped_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+        wiped_on_drop::<Sha256>();
+        wiped_on_drop::<<Sha256 as hmac::digest::block_api::CoreProxy>::Core>();
+    }
 
     fn key(bytes: &[u8]) -> Psk {
         Psk::from_bytes(bytes).unwrap()

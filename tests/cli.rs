@@ -2,7 +2,7 @@
 //! host without RDMA. Network traffic goes only to 127.0.0.1.
 //!
 //! Which error a probe reports first on a host without RDMA: `no_device`. The prober opens the
-//! local device before it connects (prober.rs, `Session::establish`), so a node without RDMA
+//! local device before it connects (prober/session.rs, `Session::establish`), so a node without RDMA
 //! says so without touching the network, and the operator is not sent chasing a peer. On a host
 //! with RDMA the same probe to a closed loopback port fails with `connect` (or `port_down` /
 //! `no_device` if the local port is unusable); the tests below accept those there.

@@ -172,6 +172,18 @@ lab_messages_for() {
 # lab_wait_metric URL SERIES MIN [TIMEOUT_S]: waits until the sample of SERIES (the exact series
 # text, labels included) scraped from URL is at least MIN. For waiting on an event the scenario
 # cannot see directly (a session set up on a peer) instead of sleeping a guessed time.
+# The local exporter's /metrics, at $url when the scenario sets it (else the default port).
+lab_scrape() { curl -sS --max-time 5 "${url:-http://127.0.0.1:9587}/metrics"; }
+# lab_value SERIES: the sample of the exact series (labels included); empty when absent.
+lab_value() { lab_scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
+# lab_is SERIES N / lab_at_least SERIES N: the series is present and equals / is at least N.
+lab_is() { local v; v=$(lab_value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v == w) }'; }
+lab_at_least() { local v; v=$(lab_value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v >= w) }'; }
+# lab_sum FAMILY PEER: the sum of a family's samples whose peer label is PEER.
+lab_sum() { lab_scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
+# lab_above FAMILY PEER N: that sum is above N.
+lab_above() { [ "$(lab_sum "$1" "$2")" -gt "$3" ]; }
+
 lab_wait_metric() {
   local url=$1 series=$2 min=$3 limit=${4:-120} start=$SECONDS value
   while :; do

@@ -58,16 +58,13 @@ start_exporter() {
 # stop_exporter WHEN: SIGTERM, and its exit status as the result WHEN_stop_status.
 stop_exporter() { kill -TERM "$exporter_pid"; wait "$exporter_pid"; lab_result "$1_stop_status" "$?"; }
 
-scrape() { curl -sS --max-time 5 "$url/metrics"; }
-value() { scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
-is() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v == w) }'; }
-at_least() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v >= w) }'; }
 success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$(lab_addr "$1")\",peer_device=\"rxe0\"}"; }
-series_of() { scrape | grep -c "peer=\"$(lab_addr "$1")\""; }
+series_of() { lab_scrape | grep -c "peer=\"$(lab_addr "$1")\""; }
 no_series_of() { [ "$(series_of "$1")" = 0 ]; }
-# sum FAMILY NODE: the sum of a family's samples of one peer.
-sum() { scrape | awk -v f="$1{" -v p="peer=\"$(lab_addr "$2")\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
-above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
+# sum FAMILY NODE / above FAMILY NODE N: lab_sum and lab_above of a node (the peer label is
+# its address: peers are found by DNS).
+sum() { lab_sum "$1" "$(lab_addr "$2")"; }
+above() { lab_above "$1" "$(lab_addr "$2")" "$3"; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 if [ "$LAB_NODE" = node1 ]; then
@@ -84,45 +81,45 @@ lab_barrier exporters-up
 
 if [ "$LAB_NODE" = node1 ]; then
   # 1. node2 found and probed; node1 itself and node3 not.
-  lab_wait_for "success 1 for node2" 60 is "$(success node2)" 1 || exit 1
-  lab_wait_for "2 peers from DNS" 30 is "rdma_probe_discovery_peers{$dns_source}" 2 || exit 1
-  scrape >metrics-initial.txt
+  lab_wait_for "success 1 for node2" 60 lab_is "$(success node2)" 1 || exit 1
+  lab_wait_for "2 peers from DNS" 30 lab_is "rdma_probe_discovery_peers{$dns_source}" 2 || exit 1
+  lab_scrape >metrics-initial.txt
   lab_result initial_self_series "$(series_of node1)"
   lab_result initial_node3_series "$(series_of node3)"
 
   # 2. node3's record added.
   t_add=$(write_hosts node1 node2 node3)
-  lab_wait_for "success 1 for node3" 60 is "$(success node3)" 1 || exit 1
+  lab_wait_for "success 1 for node3" 60 lab_is "$(success node3)" 1 || exit 1
   lab_result added_success_seconds "$(since "$t_add")"
-  scrape >metrics-added.txt
+  lab_scrape >metrics-added.txt
 
   # 3. node2's record removed, and node2's exporter stops.
   t_remove=$(write_hosts node1 node3)
   lab_signal removed
   lab_result remove_at "$t_remove"
-  lab_wait_for "1 vanished peer" 30 is rdma_probe_discovery_vanished_peers 1 || exit 1
-  scrape >metrics-vanished.txt
+  lab_wait_for "1 vanished peer" 30 lab_is rdma_probe_discovery_vanished_peers 1 || exit 1
+  lab_scrape >metrics-vanished.txt
   lab_result vanished_seconds "$(since "$t_remove")"
-  lab_wait_for "success 0 for node2" 60 is "$(success node2)" 0 || exit 1
-  scrape >metrics-failing.txt
+  lab_wait_for "success 0 for node2" 60 lab_is "$(success node2)" 0 || exit 1
+  lab_scrape >metrics-failing.txt
   lab_result failing_seconds "$(since "$t_remove")"
   lab_wait_for "node2's series gone" 90 no_series_of node2 || exit 1
   lab_result gone_seconds "$(since "$t_remove")"
-  scrape >metrics-forgotten.txt
-  lab_result forgotten_node3_success "$(value "$(success node3)")"
+  lab_scrape >metrics-forgotten.txt
+  lab_result forgotten_node3_success "$(lab_value "$(success node3)")"
 
   # 4. The DNS server stops: the last good set stays, past forget_after.
   kill -TERM "$dnsmasq_pid"; wait "$dnsmasq_pid" 2>/dev/null
   t_dns=$(date +%s.%N)
-  lab_wait_for "DNS errors counted" 60 at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
+  lab_wait_for "DNS errors counted" 60 lab_at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
   lab_result dns_error_seconds "$(since "$t_dns")"
   sleep $((forget_after + 5))
   runs_before=$(sum rdma_probe_runs_total node3)
   lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 "$runs_before" || exit 1
-  scrape >metrics-dns-down.txt
-  lab_result dns_down_node3_success "$(value "$(success node3)")"
-  lab_result dns_down_peers "$(value "rdma_probe_discovery_peers{$dns_source}")"
-  lab_result dns_down_errors "$(value "rdma_probe_discovery_errors_total{$dns_source}")"
+  lab_scrape >metrics-dns-down.txt
+  lab_result dns_down_node3_success "$(lab_value "$(success node3)")"
+  lab_result dns_down_peers "$(lab_value "rdma_probe_discovery_peers{$dns_source}")"
+  lab_result dns_down_errors "$(lab_value "rdma_probe_discovery_errors_total{$dns_source}")"
   lab_signal done
 elif [ "$LAB_NODE" = node2 ]; then
   lab_wait_signal node1 removed 180 || exit 1
@@ -132,6 +129,6 @@ elif [ "$LAB_NODE" = node2 ]; then
 else
   lab_wait_signal node1 done 300 || exit 1
 fi
-scrape >metrics-final.txt 2>/dev/null
+lab_scrape >metrics-final.txt 2>/dev/null
 stop_exporter final
 exit 0

@@ -68,15 +68,8 @@ stop_exporter() {
   stop_seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 }
 
-scrape() { curl -sS --max-time 5 "$url/metrics"; }
-# value SERIES: the sample of the exact series (labels included); empty when absent.
-value() { scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
-is() { local v; v=$(value "$1"); [ -n "$v" ] && awk -v v="$v" -v w="$2" 'BEGIN { exit !(v == w) }'; }
 success() { echo "rdma_probe_success{device=\"rxe0\",peer=\"$1\",peer_device=\"rxe0\"}"; }
-# sum FAMILY PEER: the sum of a family's samples of one peer.
-sum() { scrape | awk -v f="$1{" -v p="peer=\"$2\"" 'index($0, f) == 1 && index($0, p) { s += $2 } END { print s + 0 }'; }
-above() { [ "$(sum "$1" "$2")" -gt "$3" ]; }
-no_series_of() { ! scrape | grep -q "peer=\"$1\",peer_device"; }
+no_series_of() { ! lab_scrape | grep -q "peer=\"$1\",peer_device"; }
 others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; done; }
 
 # 1. All up.
@@ -85,9 +78,9 @@ start_exporter
 lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
 lab_barrier exporters-up
 t0=$SECONDS
-for p in $(others); do lab_wait_for "success 1 for $p" 120 is "$(success "$p")" 1 || exit 1; done
+for p in $(others); do lab_wait_for "success 1 for $p" 120 lab_is "$(success "$p")" 1 || exit 1; done
 lab_result all_up_seconds $((SECONDS - t0))
-scrape >metrics-all-up.txt
+lab_scrape >metrics-all-up.txt
 curl -sS --max-time 5 "$url/" >status.html
 curl -sS --max-time 5 "$url/readyz" >readyz.txt
 lab_barrier all-up
@@ -104,19 +97,19 @@ if [ "$LAB_NODE" = node3 ]; then
 else
   lab_wait_signal node3 stopped 120 || exit 1
   other=$(others | grep -v node3)
-  errors_before=$(sum rdma_probe_errors_total node3)
-  other_errors_before=$(sum rdma_probe_errors_total "$other")
-  lab_wait_for "success 0 for node3" 60 is "$(success node3)" 0 || exit 1
-  lab_wait_for "errors for node3 rising" 60 above rdma_probe_errors_total node3 $((errors_before + 1)) || exit 1
-  scrape >metrics-peer-down.txt
-  lab_result outage_other_success "$(value "$(success "$other")")"
-  lab_result outage_other_errors_increase $(($(sum rdma_probe_errors_total "$other") - other_errors_before))
+  errors_before=$(lab_sum rdma_probe_errors_total node3)
+  other_errors_before=$(lab_sum rdma_probe_errors_total "$other")
+  lab_wait_for "success 0 for node3" 60 lab_is "$(success node3)" 0 || exit 1
+  lab_wait_for "errors for node3 rising" 60 lab_above rdma_probe_errors_total node3 $((errors_before + 1)) || exit 1
+  lab_scrape >metrics-peer-down.txt
+  lab_result outage_other_success "$(lab_value "$(success "$other")")"
+  lab_result outage_other_errors_increase $(($(lab_sum rdma_probe_errors_total "$other") - other_errors_before))
   lab_signal outage-seen
   lab_wait_signal node3 restarted 180 || exit 1
   t0=$SECONDS
-  lab_wait_for "success 1 again for node3" 120 is "$(success node3)" 1 || exit 1
+  lab_wait_for "success 1 again for node3" 120 lab_is "$(success node3)" 1 || exit 1
   lab_result recovered_seconds $((SECONDS - t0))
-  scrape >metrics-recovered.txt
+  lab_scrape >metrics-recovered.txt
 fi
 lab_barrier recovered
 
@@ -124,32 +117,32 @@ lab_barrier recovered
 if [ "$LAB_NODE" = node1 ]; then
   write_config node1 node3 # node2 removed: the file watcher reloads
   lab_wait_for "node2's series gone" 30 no_series_of node2 || exit 1
-  scrape >metrics-peer-removed.txt
-  runs_before=$(sum rdma_probe_runs_total node3)
+  lab_scrape >metrics-peer-removed.txt
+  runs_before=$(lab_sum rdma_probe_runs_total node3)
   echo "peers: [ {name: broken" >"$config.new" && mv "$config.new" "$config"
-  lab_wait_for "config_reload_success 0" 30 is rdma_probe_config_reload_success 0 || exit 1
+  lab_wait_for "config_reload_success 0" 30 lab_is rdma_probe_config_reload_success 0 || exit 1
   lab_result broken_post_status "$(curl -s -o reload-broken.txt -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
-  lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
-  scrape >metrics-broken-reload.txt
+  lab_wait_for "node3 still probed" 30 lab_above rdma_probe_runs_total node3 $((runs_before + 1)) || exit 1
+  lab_scrape >metrics-broken-reload.txt
   write_config
   lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
-  lab_wait_for "config_reload_success 1" 30 is rdma_probe_config_reload_success 1 || exit 1
+  lab_wait_for "config_reload_success 1" 30 lab_is rdma_probe_config_reload_success 1 || exit 1
   kill -HUP "$exporter_pid"
   sleep 2
   lab_result alive_after_sighup "$(kill -0 "$exporter_pid" 2>/dev/null && echo yes || echo no)"
   lab_result sighup_logged "$(grep -c 'SIGHUP: reloading' exporter.log)"
-  lab_wait_for "node2 probed again" 60 is "$(success node2)" 1 || exit 1
+  lab_wait_for "node2 probed again" 60 lab_is "$(success node2)" 1 || exit 1
   # Peers by address alone (docs/metrics.md, "Peer identity").
   BY_ADDRESS="node1 node2" write_config
   lab_result node1_address "$(lab_addr node1)"
   lab_result node2_address "$(lab_addr node2)"
-  lab_wait_for "node2 probed by its address" 60 is "$(success "$(lab_addr node2)")" 1 || exit 1
+  lab_wait_for "node2 probed by its address" 60 lab_is "$(success "$(lab_addr node2)")" 1 || exit 1
   lab_wait_for "node1's own address skipped" 60 \
-    is 'rdma_probe_schedule_skipped_paths{device="rxe0",reason="itself"}' 1 || exit 1
-  scrape >metrics-by-address.txt
+    lab_is 'rdma_probe_schedule_skipped_paths{device="rxe0",reason="itself"}' 1 || exit 1
+  lab_scrape >metrics-by-address.txt
   lab_result itself_logged "$(grep -c 'path not probed: the peer is this node' exporter.log)"
   write_config
-  lab_wait_for "node2 probed by name again" 60 is "$(success node2)" 1 || exit 1
+  lab_wait_for "node2 probed by name again" 60 lab_is "$(success node2)" 1 || exit 1
 fi
 lab_barrier reloads-done
 
@@ -186,14 +179,14 @@ if [ "$LAB_NODE" = node1 ]; then
   lab_signal node1-stopped
 elif [ "$LAB_NODE" = node3 ]; then
   lab_wait_signal node1 node1-stopped 120 || exit 1
-  runs=$(sum rdma_probe_runs_total node2)
-  lab_wait_for "node2 keeps serving node3" 60 above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
-  lab_result node2_serves_after_midburst_stop "$(value "$(success node2)")"
+  runs=$(lab_sum rdma_probe_runs_total node2)
+  lab_wait_for "node2 keeps serving node3" 60 lab_above rdma_probe_runs_total node2 $((runs + 1)) || exit 1
+  lab_result node2_serves_after_midburst_stop "$(lab_value "$(success node2)")"
 fi
 lab_barrier midburst-done
 
 # The exporters that still run stop cleanly; their scrape and log stay.
-scrape >metrics-final.txt 2>/dev/null
+lab_scrape >metrics-final.txt 2>/dev/null
 if kill -0 "$exporter_pid" 2>/dev/null; then
   stop_exporter
   lab_result final_stop_seconds "$stop_seconds"

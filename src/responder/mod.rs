@@ -4,7 +4,7 @@
 //!
 //! One process serves every configured device (one per rail): each session runs on the device
 //! [`select_device`] picks for its request (the device it names, else the one on its rail, else
-//! the first), and each device has its own burst slot. Pinned memory, sessions and handshakes
+//! the first), and each device has its own burst claim. Pinned memory, sessions and handshakes
 //! are limited process-wide (docs/architecture.md, "Responder admission").
 //!
 //! Admission is in two steps so that strangers cannot exhaust it: a connection first takes one

@@ -23,7 +23,7 @@ pub(super) struct Served {
     pub(super) gid_index: Option<u32>,
     /// At most one active burst on this device; other probers get `busy` (a burst on another
     /// device does not).
-    pub(super) burst_slot: Arc<AtomicBool>,
+    pub(super) burst_claim: Arc<AtomicBool>,
     /// Where the memory of its sessions is registered (docs/architecture.md, "NUMA placement").
     pub(super) placement: Placement,
 }
@@ -114,7 +114,7 @@ pub(super) fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>,
             ctx,
             rail: device.rail,
             gid_index: device.local.gid_index,
-            burst_slot: Arc::new(AtomicBool::new(false)),
+            burst_claim: Arc::new(AtomicBool::new(false)),
             placement,
         };
         let known: Vec<_> = served.iter().map(|d| d.identity()).collect();

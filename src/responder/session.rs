@@ -23,18 +23,19 @@ use super::memory::{granted_slots, reserve_session_memory, PinnedReservation};
 use super::served::{Served, Shared};
 use super::verify::{check_regions, wait_closing_writes, Verdict};
 
-/// A device's burst slot, held from `burst_start` to the burst's result.
-struct BurstSlot(Arc<AtomicBool>);
+/// The device's burst, claimed from `burst_start` to the burst's result.
+struct BurstClaim(Arc<AtomicBool>);
 
-impl BurstSlot {
-    fn try_take(slot: &Arc<AtomicBool>) -> Option<Self> {
-        slot.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+impl BurstClaim {
+    fn try_claim(claimed: &Arc<AtomicBool>) -> Option<Self> {
+        claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .ok()
-            .map(|_| BurstSlot(Arc::clone(slot)))
+            .map(|_| BurstClaim(Arc::clone(claimed)))
     }
 }
 
-impl Drop for BurstSlot {
+impl Drop for BurstClaim {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
@@ -49,7 +50,7 @@ struct RunningBurst {
     /// How long to wait for its `burst_end`: the prober's own deadline plus the control timeout,
     /// or (unpaced, no deadline) the idle timeout; never less than the idle timeout.
     wait_for_end: Duration,
-    _slot: BurstSlot,
+    _claim: BurstClaim,
 }
 
 /// One session's resources on the responder.
@@ -226,7 +227,7 @@ impl SessionHandler {
             .device
             .as_deref()
             .ok_or_else(|| failure(ErrorReason::Protocol, "burst_start before session"))?;
-        let Some(slot) = BurstSlot::try_take(&device.burst_slot) else {
+        let Some(claim) = BurstClaim::try_claim(&device.burst_claim) else {
             self.shared.count(Some(device), SessionResult::Busy);
             return Ok(Message::Busy {
                 retry_after_ms: BUSY_RETRY_AFTER_MS,
@@ -245,7 +246,7 @@ impl SessionHandler {
             seed,
             counters_before,
             wait_for_end,
-            _slot: slot,
+            _claim: claim,
         });
         Ok(Message::BurstReady { burst_id })
     }

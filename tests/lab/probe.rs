@@ -197,7 +197,7 @@ fn losing_the_prober_node_mid_burst_frees_the_responder() {
         "responder held the session {freed} s after the prober's node stopped:\n{}",
         run.file("node2", "responder.log")
     );
-    // The device's burst slot is free again: the next prober is served, not told busy.
+    // The device's burst claim is free again: the next prober is served, not told busy.
     let after = json(&run, "node2", "after.json");
     assert_eq!(exit_code_on(&run, "node2", "after"), "0", "{after}");
     assert!(after["deferred"].is_null(), "{after}");

@@ -1,5 +1,6 @@
-//! Who gets a session: handshake slots, the connection and session permits, and each prober
-//! address's share of the sessions (docs/security.md, "Responder admission").
+//! Who gets a session: places among the handshakes in progress, the connection and session
+//! permits, and each prober address's share of the sessions (docs/security.md, "Responder
+//! admission").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +22,9 @@ pub fn prober_share(max_sessions: usize) -> usize {
     max_sessions.div_ceil(2).max(1)
 }
 
-/// Who gets a session: a connection authenticates in one of a few handshake slots, under the
-/// control timeout; only then does it take a session permit. Unauthenticated clients therefore
-/// never hold sessions. When every slot is taken, a new connection takes the oldest one's slot
+/// Who gets a session: a connection authenticates in one of a few places among the handshakes in
+/// progress, under the control timeout; only then does it take a session permit.
+/// Unauthenticated clients therefore never hold sessions. When every place is taken, a new connection takes the oldest one's place
 /// and that one is refused: connections held open without finishing their handshake (silent,
 /// slow, truncated) cannot keep a prober out, whose handshake takes a round trip or two.
 ///
@@ -37,7 +38,7 @@ pub(super) struct Admission {
     io_timeout: Duration,
     connections: Arc<Semaphore>,
     max_connections: usize,
-    pub(super) handshakes: Arc<HandshakeSlots>,
+    pub(super) handshakes: Arc<HandshakeQueue>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
     /// The sessions each prober address holds now.
@@ -60,7 +61,7 @@ impl Admission {
             io_timeout: settings.io_timeout,
             connections: Arc::new(Semaphore::new(max_connections)),
             max_connections,
-            handshakes: Arc::new(HandshakeSlots::new(max_handshakes)),
+            handshakes: Arc::new(HandshakeQueue::new(max_handshakes)),
             sessions: Arc::new(Semaphore::new(settings.max_sessions)),
             max_sessions: settings.max_sessions,
             per_prober: Arc::new(ProberSessions::new(prober_share(settings.max_sessions))),
@@ -90,7 +91,7 @@ impl Admission {
     pub(super) async fn admit(
         &self,
         conn: &mut Connection,
-        mut handshake: HandshakeSlot,
+        mut handshake: HandshakePlace,
         prober: std::net::IpAddr,
     ) -> Result<(String, SessionPermit), SessionFailure> {
         let node = tokio::select! {
@@ -214,39 +215,39 @@ impl Drop for ProberShare {
 }
 
 /// The handshakes in progress, oldest first: at most `max`.
-pub(super) struct HandshakeSlots {
+pub(super) struct HandshakeQueue {
     max: usize,
-    held: std::sync::Mutex<HeldSlots>,
+    held: std::sync::Mutex<HeldPlaces>,
 }
 
 #[derive(Default)]
-struct HeldSlots {
+struct HeldPlaces {
     next_id: u64,
-    /// Each slot's id and the sender that tells its connection to give way, oldest first.
+    /// Each place's id and the sender that tells its connection to give way, oldest first.
     by_age: std::collections::VecDeque<(u64, tokio::sync::oneshot::Sender<()>)>,
 }
 
 /// One connection's place among the handshakes in progress, given up when dropped.
-pub(super) struct HandshakeSlot {
+pub(super) struct HandshakePlace {
     id: u64,
-    slots: Arc<HandshakeSlots>,
+    queue: Arc<HandshakeQueue>,
     give_way: tokio::sync::oneshot::Receiver<()>,
 }
 
-impl HandshakeSlots {
+impl HandshakeQueue {
     fn new(max: usize) -> Self {
-        HandshakeSlots {
+        HandshakeQueue {
             max: max.max(1),
             held: std::sync::Mutex::default(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HeldSlots> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HeldPlaces> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for a new connection, the oldest connection giving way when all are taken.
-    pub(super) fn take(self: &Arc<Self>) -> HandshakeSlot {
+    /// A place for a new connection, the oldest connection giving way when all are taken.
+    pub(super) fn take(self: &Arc<Self>) -> HandshakePlace {
         let (tell, give_way) = tokio::sync::oneshot::channel();
         let mut held = self.lock();
         while held.by_age.len() >= self.max {
@@ -257,9 +258,9 @@ impl HandshakeSlots {
         let id = held.next_id;
         held.next_id += 1;
         held.by_age.push_back((id, tell));
-        HandshakeSlot {
+        HandshakePlace {
             id,
-            slots: Arc::clone(self),
+            queue: Arc::clone(self),
             give_way,
         }
     }
@@ -270,17 +271,17 @@ impl HandshakeSlots {
     }
 }
 
-impl HandshakeSlot {
-    /// Completes when a newer connection took this slot.
+impl HandshakePlace {
+    /// Completes when a newer connection took this place.
     async fn given_way(&mut self) {
-        // The sender is dropped without a word only with this slot itself.
+        // The sender is dropped without a word only with this place itself.
         let _ = (&mut self.give_way).await;
     }
 }
 
-impl Drop for HandshakeSlot {
+impl Drop for HandshakePlace {
     fn drop(&mut self) {
-        self.slots.lock().by_age.retain(|(id, _)| *id != self.id);
+        self.queue.lock().by_age.retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -295,19 +296,19 @@ mod tests {
 
     /// Accepts connections on loopback and admits each; returns the listener's address, a
     /// channel of admission results (the permits are held until the receiver drops them) and
-    /// the handshake slots (how many connections are in their handshake).
+    /// the handshake queue (how many connections are in their handshake).
     async fn admitting(
         admission: Admission,
     ) -> (
         String,
         tokio::sync::mpsc::UnboundedReceiver<Result<(String, SessionPermit), SessionFailure>>,
-        Arc<HandshakeSlots>,
+        Arc<HandshakeQueue>,
     ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let admission = Arc::new(admission);
-        let slots = Arc::clone(&admission.handshakes);
+        let handshakes = Arc::clone(&admission.handshakes);
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = listener.accept().await.unwrap();
@@ -315,8 +316,8 @@ mod tests {
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let mut conn = Connection::new(stream).unwrap();
-                    let slot = admission.handshakes.take();
-                    let result = admission.admit(&mut conn, slot, peer.ip()).await;
+                    let place = admission.handshakes.take();
+                    let result = admission.admit(&mut conn, place, peer.ip()).await;
                     if let Err(e) = &result {
                         conn.send_error_best_effort(e.reason, &e.message).await;
                     }
@@ -324,19 +325,20 @@ mod tests {
                 });
             }
         });
-        (addr, rx, slots)
+        (addr, rx, handshakes)
     }
 
     #[tokio::test]
     async fn silent_strangers_cannot_take_the_only_session() {
-        let (addr, mut results, slots) = admitting(Admission::new(&settings(1, 4), None)).await;
+        let (addr, mut results, handshakes) =
+            admitting(Admission::new(&settings(1, 4), None)).await;
         // Three connections that never say hello hold handshake permits, not the session.
         let mut strangers = Vec::new();
         for _ in 0..3 {
             strangers.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
         }
         until("the strangers in their handshakes", || {
-            slots.in_progress() == 3
+            handshakes.in_progress() == 3
         })
         .await;
         let (_prober, handshake) = hello(&addr, "node-a").await;
@@ -357,11 +359,15 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_handshake_cap_the_oldest_gives_way_to_a_prober() {
-        let (addr, mut results, slots) = admitting(Admission::new(&settings(16, 2), None)).await;
+        let (addr, mut results, handshakes) =
+            admitting(Admission::new(&settings(16, 2), None)).await;
         let _a = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        until("a in its handshake", || slots.in_progress() == 1).await;
+        until("a in its handshake", || handshakes.in_progress() == 1).await;
         let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        until("a and b in their handshakes", || slots.in_progress() == 2).await;
+        until("a and b in their handshakes", || {
+            handshakes.in_progress() == 2
+        })
+        .await;
         let started = Instant::now();
         let (_third, handshake) = hello(&addr, "node-c").await;
         handshake.unwrap();
@@ -381,20 +387,20 @@ mod tests {
     }
 
     #[test]
-    fn handshake_slots_hold_at_most_max_and_the_oldest_gives_way() {
-        let slots = Arc::new(HandshakeSlots::new(2));
-        let mut first = slots.take();
-        let mut second = slots.take();
-        assert_eq!(slots.in_progress(), 2);
-        let third = slots.take();
-        assert_eq!(slots.in_progress(), 2);
+    fn the_handshake_queue_holds_at_most_max_and_the_oldest_gives_way() {
+        let handshakes = Arc::new(HandshakeQueue::new(2));
+        let mut first = handshakes.take();
+        let mut second = handshakes.take();
+        assert_eq!(handshakes.in_progress(), 2);
+        let third = handshakes.take();
+        assert_eq!(handshakes.in_progress(), 2);
         assert!(first.give_way.try_recv().is_ok());
         assert!(second.give_way.try_recv().is_err());
         drop(first);
-        assert_eq!(slots.in_progress(), 2);
+        assert_eq!(handshakes.in_progress(), 2);
         drop(second);
         drop(third);
-        assert_eq!(slots.in_progress(), 0);
+        assert_eq!(handshakes.in_progress(), 0);
     }
 
     #[test]

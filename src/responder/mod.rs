@@ -415,11 +415,14 @@ mod tests {
     #[tokio::test]
     async fn silent_connections_past_the_cap_give_way_and_are_told_why() {
         let (addr, metrics, shared) = control_plane(4, 2, Duration::from_secs(5)).await;
-        let slots = &shared.admission.handshakes;
+        let handshakes = &shared.admission.handshakes;
         let mut oldest = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        until("the oldest in its handshake", || slots.in_progress() == 1).await;
+        until("the oldest in its handshake", || {
+            handshakes.in_progress() == 1
+        })
+        .await;
         let _newer = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        until("both in their handshakes", || slots.in_progress() == 2).await;
+        until("both in their handshakes", || handshakes.in_progress() == 2).await;
         let (_prober, handshake) = hello(&addr, "node-a").await;
         handshake.unwrap();
         let mut told = Vec::new();

@@ -141,10 +141,10 @@ impl Pacer {
         if now_ns < first_due {
             return PaceDecision::WaitUntil(Duration::from_nanos(first_due));
         }
-        // Estimate how many schedule slots have passed, then correct for rounding.
-        let elapsed_slots = ((now_ns - self.anchor_ns) as f64 / self.period_ns).floor() as u64;
+        // Estimate how many periods have passed, then correct for rounding.
+        let elapsed_periods = ((now_ns - self.anchor_ns) as f64 / self.period_ns).floor() as u64;
         let cap = self.capacity();
-        let mut n = elapsed_slots.saturating_sub(self.consumed).clamp(1, cap);
+        let mut n = elapsed_periods.saturating_sub(self.consumed).clamp(1, cap);
         while n > 1 && self.due_ns(self.consumed.saturating_add(n)) > now_ns {
             n -= 1;
         }
@@ -166,7 +166,7 @@ impl Pacer {
         self.due_after(1)
     }
 
-    /// The slot of the `n`-th message after those consumed (`n ≥ 1`): when it would be due if
+    /// The due time of the `n`-th message after those consumed (`n ≥ 1`): when it would be due if
     /// nothing else were consumed before it.
     pub fn due_after(&self, n: u64) -> Duration {
         Duration::from_nanos(self.due_ns(self.consumed.saturating_add(n.max(1))))

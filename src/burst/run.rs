@@ -228,8 +228,8 @@ impl BurstRun {
                     self.finished[q] = true;
                 }
                 if self.stopping {
-                    // The closing WR goes when the duration is up, not in its pacing slot: it
-                    // is timed in its slot, or a short paced burst would read above its pace
+                    // The closing WR goes when the duration is up, not at its due time: it is
+                    // timed to its due time, or a short paced burst would read above its pace
                     // (docs/architecture.md, "Paced bursts are timed from the pacer's start").
                     self.closing_posted += 1;
                     if let Some(p) = &self.pacer {

@@ -214,7 +214,7 @@ pub struct BurstStats {
     /// Latest time seen (post or completion), for the gap and monotonicity.
     last_event_ns: Option<u64>,
     last_completion_ns: Option<u64>,
-    /// The pacing slot of a paced burst's last message, when it was posted before it.
+    /// The due time of a paced burst's last message, when it was posted before it.
     paced_end_ns: Option<u64>,
     bytes: u64,
     messages: u64,
@@ -262,15 +262,15 @@ impl BurstStats {
         }
     }
 
-    /// A paced burst posted a message before its pacing slot `slot` (the closing message of a
-    /// duration burst, posted when the duration is up): the burst is timed to that slot at
-    /// least, so that it never reads above its pace. The latest slot told counts.
-    pub fn on_paced_end(&mut self, slot: Duration) {
-        let slot = nanos(slot);
-        self.paced_end_ns = Some(self.paced_end_ns.map_or(slot, |s| s.max(slot)));
+    /// A paced burst posted a message before its due time `due` (the closing message of a
+    /// duration burst, posted when the duration is up): the burst is timed to that due time at
+    /// least, so that it never reads above its pace. The latest due time told counts.
+    pub fn on_paced_end(&mut self, due: Duration) {
+        let due = nanos(due);
+        self.paced_end_ns = Some(self.paced_end_ns.map_or(due, |d| d.max(due)));
     }
 
-    /// The end of the timed interval: the last completion, or a later pacing slot of the last
+    /// The end of the timed interval: the last completion, or a later due time of the last
     /// message ([`BurstStats::on_paced_end`]); `None` before any completion.
     fn end_ns(&self, last_completion_ns: Option<u64>) -> Option<u64> {
         last_completion_ns.map(|l| self.paced_end_ns.map_or(l, |s| l.max(s)))
@@ -404,10 +404,10 @@ mod tests {
     }
 
     #[test]
-    fn a_message_posted_before_its_pacing_slot_is_timed_in_its_slot() {
-        // Paced at 1,000 msg/s from t = 0: four messages complete in their slots (1..4 ms), the
-        // closing one is posted at 4.5 ms (the duration is up) and completes at 4.6 ms; its slot
-        // is 5 ms. Timed to 4.6 ms the 5 messages would read 8.7% above the pace.
+    fn a_message_posted_before_its_due_time_is_timed_to_its_due_time() {
+        // Paced at 1,000 msg/s from t = 0: four messages complete at their due times (1..4 ms),
+        // the closing one is posted at 4.5 ms (the duration is up) and completes at 4.6 ms; its
+        // due time is 5 ms. Timed to 4.6 ms the 5 messages would read 8.7% above the pace.
         let mut s = BurstStats::new(1, DEFAULT_WINDOW);
         s.on_start(Duration::ZERO);
         s.on_first_post(ms(1));
@@ -421,7 +421,7 @@ mod tests {
         assert!(close(r.bandwidth_bytes_per_second, 1e6), "{r:?}");
         assert!(close(r.message_rate_per_second, 1000.0));
         assert!(close(r.per_qp_bandwidth_bytes_per_second[0], 1e6));
-        // A completion after the slot ends the burst where it came.
+        // A completion after the due time ends the burst where it came.
         s.on_completion(0, ms(7), 1, 1000);
         assert_eq!(s.finish().elapsed, ms(7));
     }

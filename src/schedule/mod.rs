@@ -21,7 +21,7 @@
 //!   a dead peer costs no more than a healthy one.
 //! - **Busy is not failure.** A responder serving someone else answers `busy`; the path retries
 //!   after 1 s, 2 s, 4 s, … (capped), within the same interval, and gives up at its next
-//!   regular slot. Each `busy` is counted as deferred, not failed.
+//!   regular probe. Each `busy` is counted as deferred, not failed.
 //! - **Duty-cycle budget per device** (default 5% of wall time): when the paths of a device
 //!   want more than that, all its intervals are stretched by the same factor, and a GCRA gate
 //!   enforces the budget on the burst time actually spent (module `budget`).

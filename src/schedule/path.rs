@@ -173,7 +173,7 @@ impl Outcome {
 /// Why a dispatch happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Attempt {
-    /// The path's regular slot.
+    /// The path's regular probe, once an interval.
     Regular,
     /// The n-th retry (1-based) after `busy` answers within the same interval.
     BusyRetry(u32),

@@ -117,7 +117,7 @@ pub struct PathStatus {
     pub next_due: Duration,
     /// A burst of this path is running.
     pub running: bool,
-    /// Retrying after `busy` answers, until this regular slot.
+    /// Retrying after `busy` answers, until the regular probe at this time.
     pub retry_until: Option<Duration>,
     /// The interval now in force: the plan's, times the device's stretch.
     pub effective_interval: Duration,
@@ -143,9 +143,9 @@ pub enum Completion {
 struct PathState<K> {
     plan: PathPlan<K>,
     next_due: Duration,
-    /// While retrying after `busy`: the regular slot where retries give up.
+    /// While retrying after `busy`: the time of the regular probe where retries give up.
     retry_until: Option<Duration>,
-    /// Busy retries dispatched in the current slot: the next `busy` answer waits the initial
+    /// Busy retries dispatched in the current interval: the next `busy` answer waits the initial
     /// backoff doubled this many times.
     retries: u32,
     /// Start of the path's running burst, if one runs.
@@ -187,7 +187,7 @@ impl<K> PathState<K> {
     }
 
     /// What the next `busy` answer waits: the initial backoff, doubled for each retry of this
-    /// slot, up to the cap.
+    /// interval, up to the cap.
     fn backoff(&self, config: &ScheduleConfig) -> Duration {
         let doubled = 1u64.checked_shl(self.retries).unwrap_or(u64::MAX);
         Duration::from_nanos(
@@ -197,7 +197,7 @@ impl<K> PathState<K> {
         )
     }
 
-    /// Back to regular slots: no retry pending.
+    /// Back to regular probes: no retry pending.
     fn end_retries(&mut self) {
         self.retry_until = None;
         self.retries = 0;
@@ -300,7 +300,7 @@ impl<K: ScheduleKey> DeviceState<K> {
                 Attempt::BusyRetry(p.retries)
             }
             _ => {
-                // Its slot came while it waited (if it was retrying): retries are over.
+                // Its regular probe came while it waited (if it was retrying): retries are over.
                 p.end_retries();
                 Attempt::Regular
             }
@@ -376,13 +376,13 @@ impl<K: ScheduleKey> DeviceState<K> {
             OutcomeKind::Busy => {
                 p.stats.deferred_busy += 1;
                 self.deferred_busy += 1;
-                let slot = *p.retry_until.get_or_insert(started.saturating_add(gap));
+                let regular = *p.retry_until.get_or_insert(started.saturating_add(gap));
                 let retry = now.saturating_add(p.backoff(config));
-                if retry < slot {
+                if retry < regular {
                     p.next_due = retry;
                 } else {
-                    // No room left in this interval: wait for the next regular slot.
-                    p.next_due = slot;
+                    // No room left in this interval: wait for the next regular probe.
+                    p.next_due = regular;
                     p.end_retries();
                 }
             }
@@ -572,7 +572,7 @@ impl<K: ScheduleKey> Scheduler<K> {
 
     /// Reports the end of a dispatched burst. Success and failure schedule the path's next
     /// regular probe one (stretched, jittered) interval after this burst started, never sooner;
-    /// `busy` retries after a doubling backoff, but never past the path's next regular slot.
+    /// `busy` retries after a doubling backoff, but never past the path's next regular probe.
     pub fn completed(&mut self, key: &K, outcome: Outcome, now: Duration) -> Completion {
         let Some(dev) = self.devices.get_mut(key.device()) else {
             return Completion::NotRunning;

@@ -186,34 +186,34 @@ impl Sim {
 
 /// Checks the per-path rules on a finished simulation: gaps after success/failure; busy
 /// retries numbered, inside the retry window (which ends within one stretched interval, give
-/// or take `slot_margin` for a stretch that changed meanwhile, of the regular attempt) and no
+/// or take `window_margin` for a stretch that changed meanwhile, of the regular attempt) and no
 /// more than the backoffs that fit in it.
 fn check_paths(
     sim: &Sim,
     plans: &BTreeMap<PathKey, PathPlan>,
     backoff: (Duration, Duration),
-    slot_margin: f64,
+    window_margin: f64,
 ) {
     for (key, ds) in &sim.dispatches {
         let Some(plan) = plans.get(key) else { continue };
         let floor = plan.interval.mul_f64(1.0 - plan.jitter);
-        let mut retries_in_slot = 0;
+        let mut retries_in_window = 0;
         let mut regular = None;
         for (i, r) in ds.iter().enumerate() {
             match r.attempt {
                 Attempt::Regular => {
-                    retries_in_slot = 0;
+                    retries_in_window = 0;
                     regular = Some(*r);
                 }
                 Attempt::BusyRetry(n) => {
-                    retries_in_slot += 1;
-                    assert_eq!(n, retries_in_slot, "{key}: retry numbering");
+                    retries_in_window += 1;
+                    assert_eq!(n, retries_in_window, "{key}: retry numbering");
                     let first = regular.expect("a retry follows a regular attempt");
                     assert_eq!(ds[i - 1].outcome, Some(OutcomeKind::Busy));
                     let until = r.retry_until.expect("a retry has a window");
                     assert!(r.start < until, "{key}: retry past its window");
                     let window = until - first.start;
-                    let longest = first.stretched.mul_f64((1.0 + plan.jitter) * slot_margin);
+                    let longest = first.stretched.mul_f64((1.0 + plan.jitter) * window_margin);
                     assert!(
                         window <= longest,
                         "{key}: retry window {window:?} > {longest:?}"
@@ -244,8 +244,8 @@ fn check_paths(
     }
 }
 
-/// Most busy retries that fit in a slot of `len`: the backoffs (doubling from `initial` up to
-/// `max`) add up to less than `len`.
+/// Most busy retries that fit in a retry window of `len`: the backoffs (doubling from `initial`
+/// up to `max`) add up to less than `len`.
 fn max_busy_retries(len: Duration, initial: Duration, max: Duration) -> u32 {
     let (mut n, mut sum, mut b) = (0, Duration::ZERO, initial);
     while sum + b < len && n < 1_000_000 {
@@ -332,7 +332,7 @@ fn simulation_three_devices_twenty_paths_six_hours() {
     }
 
     // Busy: counted (device counters add up to the simulated answers), never a failure, and
-    // bounded by the backoffs that fit in a slot (about 11 in a 240 s slot).
+    // bounded by the backoffs that fit in an interval (about 11 in a 240 s interval).
     let busy_total: u64 = devices
         .iter()
         .map(|d| sim.sc.device_stats(*d, sim.t).unwrap().deferred_busy)

@@ -368,7 +368,8 @@ fn busy_retries_back_off_within_the_interval() {
         assert_eq!(d[0].attempt, Attempt::BusyRetry(expected_attempt));
         assert!(!d[0].budget_deferred);
     }
-    // Now at ~31 s: the next retry would be at ~61 s, past the 60 s slot: wait for the slot.
+    // Now at ~31 s: the next retry would be at ~61 s, past the 60 s interval: wait for the
+    // regular probe.
     t += ms(10);
     sc.completed(&k, Outcome::busy(Duration::ZERO), t);
     let st = sc.path_status(&k).unwrap();
@@ -376,7 +377,7 @@ fn busy_retries_back_off_within_the_interval() {
     assert_eq!(st.retry_until, None);
     assert_eq!(st.stats.deferred_busy, 6);
     assert_eq!(st.stats.failures, 0);
-    // The slot is a regular attempt again, with the backoff reset.
+    // The regular probe is a regular attempt again, with the backoff reset.
     let d = sc.poll(start + s(60));
     assert_eq!(d[0].attempt, Attempt::Regular);
     sc.completed(&k, Outcome::busy(Duration::ZERO), start + s(60));
@@ -398,7 +399,8 @@ fn a_retry_that_succeeds_restarts_the_interval_from_its_start() {
     let st = sc.path_status(&k).unwrap();
     assert_eq!(st.next_due, retry_at + s(60));
     assert_eq!(st.retry_until, None);
-    // A retry delayed past the slot (device busy elsewhere) counts as the regular attempt.
+    // A retry delayed past the regular probe's time (device busy elsewhere) counts as the
+    // regular attempt.
     let mut sc = unbudgeted(17);
     sc.set_paths(vec![plan("d", "a", s(10))], s(0)).unwrap();
     let mut t = s(0);
@@ -416,11 +418,11 @@ fn busy_retry_never_runs_past_a_short_interval() {
     run_until_dispatched(&mut sc, &k, &mut t);
     let start = t;
     sc.completed(&k, Outcome::busy(Duration::ZERO), start + ms(100));
-    // Retry at 1.1 s < 1.5 s slot.
+    // Retry at 1.1 s < 1.5 s, the regular probe.
     assert_eq!(sc.path_status(&k).unwrap().next_due, start + ms(1100));
     sc.poll(start + ms(1100));
     sc.completed(&k, Outcome::busy(Duration::ZERO), start + ms(1200));
-    // 1.2 + 2 s > 1.5 s: back to the slot.
+    // 1.2 + 2 s > 1.5 s: back to the regular probe.
     assert_eq!(sc.path_status(&k).unwrap().next_due, start + ms(1500));
 }
 

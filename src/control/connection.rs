@@ -191,7 +191,7 @@ pub async fn connect(addr: &str, deadline: Duration) -> Result<Connection, Contr
 
 /// TCP keepalive on control connections. The channel is silent while a burst runs, so a peer
 /// whose node lost power would otherwise be noticed only at the idle timeout: a responder would
-/// keep the device's burst slot (every other prober gets `busy`) for that long. Keepalive
+/// keep the device's burst claimed (every other prober gets `busy`) for that long. Keepalive
 /// probes are answered by the peer's kernel however busy the peer process is, so a long burst
 /// is never mistaken for a dead peer.
 pub const KEEPALIVE: Keepalive = Keepalive {

@@ -64,8 +64,8 @@ pub const MAX_MESSAGE_SIZE: u64 = 1 << 31;
 pub const MAX_NAME_LEN: usize = 255;
 /// Longest `BurstStart.deadline_ms` a responder accepts: the longest burst a prober can plan
 /// (`burst::plan::MAX_BURST_DURATION`, a count burst's deadline being twice its planned length)
-/// plus 10 minutes of control timeout. A longer one would let one prober hold a device's burst
-/// slot, and every other prober get `busy`, for as long as it likes.
+/// plus 10 minutes of control timeout. A longer one would let one prober keep a device's burst
+/// claimed, and every other prober get `busy`, for as long as it likes.
 pub const MAX_DEADLINE_MS: u64 = (crate::burst::plan::MAX_BURST_DURATION.as_millis() as u64)
     * crate::burst::run::DEADLINE_FACTOR as u64
     + 10 * 60 * 1000;
@@ -919,7 +919,7 @@ mod tests {
         for ms in [MAX_DEADLINE_MS + 1, u64::MAX] {
             let err = start(Some(ms)).validate().unwrap_err();
             assert!(err.contains("burst_start.deadline_ms"), "{err}");
-            // Refused where the responder reads it, before it takes the device's burst slot.
+            // Refused where the responder reads it, before it claims the device's burst.
             let frame = crate::control::codec::encode_with_version(
                 &Message::Close,
                 crate::control::codec::PROTOCOL_VERSION,

@@ -1,6 +1,6 @@
 //! Which work requests ask for a completion, and the per-QP send window that follows from it.
 //!
-//! Why this matters: an RC send queue frees a slot only when a *signaled* completion covering it
+//! Why this matters: an RC send queue frees an entry only when a *signaled* completion covering it
 //! is polled (completions are in order, so one CQE retires every WR up to it). Signaling every WR
 //! costs a CQE each; signaling too few can leave the window full of unsignaled WRs, and the
 //! engine then waits forever for a completion nobody asked for. The rule (docs/architecture.md,
@@ -179,7 +179,7 @@ impl SendWindow {
         u32::try_from(self.posted - self.completed).unwrap_or(u32::MAX)
     }
 
-    /// Free slots in the send queue.
+    /// Free entries in the send queue.
     pub fn room(&self) -> u32 {
         self.policy.tx_depth.saturating_sub(self.outstanding())
     }

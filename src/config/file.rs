@@ -103,14 +103,14 @@ impl<'de> Deserialize<'de> for RawAuth {
                 }
                 let (mut psk_file, mut previous_psk_file) = (None, None);
                 while let Some(field) = map.next_key::<Field>()? {
-                    let (slot, name) = match field {
+                    let (value, name) = match field {
                         Field::PskFile => (&mut psk_file, "psk_file"),
                         Field::PreviousPskFile => (&mut previous_psk_file, "previous_psk_file"),
                     };
-                    if slot.is_some() {
+                    if value.is_some() {
                         return Err(de::Error::duplicate_field(name));
                     }
-                    *slot = Some(map.next_value::<Scalar>()?);
+                    *value = Some(map.next_value::<Scalar>()?);
                 }
                 let psk_file = psk_file.ok_or_else(|| de::Error::missing_field("psk_file"))?;
                 Ok(RawAuth::PskFile {

@@ -3,7 +3,7 @@
 //! keys the handshake agreed on (`seal`; not with `auth: none`).
 //!
 //! Every read and write has a deadline, because a peer that stops talking (crashed, partitioned,
-//! or malicious and slow) must cost a probe slot its timeout, never a stuck task. The handshakes take
+//! or malicious and slow) must cost a probe its timeout, never a stuck task. The handshakes take
 //! one deadline for the whole exchange, so a peer cannot stretch it by answering just in time at
 //! every step.
 //!

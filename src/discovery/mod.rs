@@ -4,7 +4,7 @@
 //! Each source runs as its own task and reports what it found to one discovery task, which owns
 //! the [`DiscoveryState`] (the last good set of every source, and the peers that vanished and
 //! wait out `forget_after`), writes the discovery metrics, and publishes the current discovered
-//! peers on a watch channel: a single slot the exporter's service loop reads, so a slow loop
+//! peers on a watch channel: a single value the exporter's service loop reads, so a slow loop
 //! only ever sees the newest set. The service merges them with the config's peers
 //! ([`merge`]): the file's peers win over discovered ones with the same name or address, and
 //! the node never probes itself.

@@ -25,7 +25,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 pub enum DeviceCommand {
     /// Probe this path once with this burst; keep its session open for the next probe, or
     /// close it at once (when the responder would close it, idle, before the next probe
-    /// anyway: its slot and pinned memory are free for another prober meanwhile).
+    /// anyway: its session permit and pinned memory are free for another prober meanwhile).
     Probe {
         spec: Box<PathSpec>,
         request: BurstRequest,

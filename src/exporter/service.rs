@@ -250,7 +250,8 @@ impl Service {
         };
         let request = spec.burst_request(n);
         // A session idle longer than the responder keeps it would be closed there before the
-        // next probe: close it now and free the responder's slot (docs/scale.md, "Sessions").
+        // next probe: close it now and free the responder's session permit (docs/scale.md,
+        // "Sessions").
         let keep_warm = self
             .scheduler
             .path_status(&dispatch.key)

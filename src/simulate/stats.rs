@@ -56,9 +56,9 @@ impl NodeStats {
         if !same_group {
             return 1;
         }
-        let slot = usize::from(rail) * self.nodes_per_group + peer % self.nodes_per_group;
+        let path = usize::from(rail) * self.nodes_per_group + peer % self.nodes_per_group;
         let now = ms(t);
-        let (last, probes) = &mut self.same[slot];
+        let (last, probes) = &mut self.same[path];
         self.same_max_gap = self.same_max_gap.max(now - *last);
         *last = now;
         *probes += 1;

@@ -412,9 +412,9 @@ impl CompletionQueue {
                 });
             }
             let n = (n as usize).min(want);
-            for (slot, wc) in out[done..done + n].iter_mut().zip(&wcs[..n]) {
+            for (completion, wc) in out[done..done + n].iter_mut().zip(&wcs[..n]) {
                 // SAFETY: the first `n` entries were initialised by `ibv_poll_cq`.
-                *slot = Completion::from_wc(unsafe { wc.assume_init_ref() });
+                *completion = Completion::from_wc(unsafe { wc.assume_init_ref() });
             }
             done += n;
             if n < want {

@@ -297,7 +297,7 @@ impl Gid {
         self.0
     }
 
-    /// All-zero GIDs are empty table slots.
+    /// All-zero GIDs are empty table entries.
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]
     }
@@ -414,7 +414,7 @@ pub struct GidEntry {
 }
 
 /// perftest's `compute_gid_score`: +100 if the address family matches the preference, +10 if
-/// not link-local, + RoCE version. `None` for zero GIDs (empty slots are never chosen).
+/// not link-local, + RoCE version. `None` for zero GIDs (empty entries are never chosen).
 fn gid_score(entry: &GidEntry, prefer_ipv6: bool) -> Option<u32> {
     if entry.gid.is_zero() {
         return None;

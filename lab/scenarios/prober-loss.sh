@@ -33,7 +33,7 @@ case $LAB_NODE in
       sleep 0.2
     done
     ended=$(date +%s.%N)
-    lab_result slot_freed_after_seconds "$(awk -v a="$ended" -v b="$stopped" 'BEGIN {printf "%.2f", a - b}')"
+    lab_result session_ended_after_seconds "$(awk -v a="$ended" -v b="$stopped" 'BEGIN {printf "%.2f", a - b}')"
     grep "session ended" responder.log | head -1
     $bin probe 127.0.0.1:18516 --device rxe0 --psk-file /tmp/psk --json --messages 20 >after.json
     echo "after exit=$?" >>exits

@@ -186,7 +186,7 @@ fn losing_the_responder_node_mid_burst_ends_the_probe() {
 fn losing_the_prober_node_mid_burst_frees_the_responder() {
     let run = support::run("prober-loss", 2, "prober-loss.sh", &[BIN.as_ref()], 600);
     run.assert_success();
-    let freed: f64 = run.results("node2")["slot_freed_after_seconds"]
+    let freed: f64 = run.results("node2")["session_ended_after_seconds"]
         .parse()
         .unwrap();
     eprintln!("prober node loss: the responder ended the session {freed:.2} s after the power cut");

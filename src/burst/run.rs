@@ -495,8 +495,9 @@ mod tests {
 
     /// What a burst sent exactly at its pace reads: `n` messages of 64 KiB at 1,000 msg/s over a
     /// link that carries each in 1 µs and completes it `latency` later, driven in 10 µs steps
-    /// (the pacer's slots fall on steps). A count burst of `n`, or a duration burst whose
-    /// duration ends half a slot before the n-th slot: n − 1 paced messages and its closing one.
+    /// (the pacer's due times fall on steps). A count burst of `n`, or a duration burst whose
+    /// duration ends half a period before the n-th due time: n − 1 paced messages and its closing
+    /// one.
     fn paced_reading(n: u64, duration: bool, latency: Duration) -> f64 {
         let per_second = 1000.0;
         let length = if duration {
@@ -528,7 +529,7 @@ mod tests {
     fn a_burst_sent_at_its_pace_reads_its_pace_whatever_its_length() {
         for n in [5, 10, 100, 10_000] {
             for duration in [false, true] {
-                // Completions 10 µs after the post (1% of a slot), as on a NIC.
+                // Completions 10 µs after the post (1% of a period), as on a NIC.
                 let ratio = paced_reading(n, duration, s(10e-6));
                 assert!(
                     (ratio - 1.0).abs() <= 0.005,

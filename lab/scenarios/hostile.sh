@@ -1,7 +1,7 @@
 # Two nodes: node2 runs the exporter (its responder, and its own schedule probing node1, which
 # runs a responder); node1 attacks node2's control port with examples/hostile.rs: random bytes,
 # oversized and truncated frames, stalled and slow handshakes, wrong keys, absurd session
-# requests after a valid handshake, then 1,000 connections at once with handshake slots kept
+# requests after a valid handshake, then 1,000 connections at once with handshake places kept
 # busy by stalled connections meanwhile. A valid probe from node1 runs during the flood and
 # right after it. node2 records its own process (descriptors, threads, RSS) before, every
 # 0.25 s during and after the attack, its responder's sessions_total by result, and how many
@@ -107,7 +107,7 @@ EOF
     attack slow --interval 0.5
     attack wrong-psk --count 24
     attack absurd
-    # The flood, and stalled connections that keep every handshake slot busy meanwhile.
+    # The flood, and stalled connections that keep every handshake place busy meanwhile.
     $hostile "$target" flood --count 1000 --hold 60 >>hostile.jsonl 2>flood.err &
     flood=$!
     (for i in 1 2 3 4; do exits=stall-exits attack stall --count 8; done) &
@@ -118,7 +118,7 @@ EOF
     done
     cat flood.err
     # Once the responder has worked through the queued connections: the stalled ones still hold
-    # every handshake slot, and the flood's connections are still open on this side.
+    # every handshake place, and the flood's connections are still open on this side.
     sleep 1
     probe >probe-during.json
     lab_result probe_during_exit "$?"

@@ -1,6 +1,6 @@
 # Two nodes: node1 runs a long paced burst against node2's responder and, mid-burst, node2 has
 # node1 powered off. The responder must notice the dead prober (TCP keepalive on the silent
-# control channel) and free the device's burst slot long before its 60 s idle timeout; then a
+# control channel) and free the device's burst claim long before its 60 s idle timeout; then a
 # probe from node2 to its own responder (Soft-RoCE loopback) must be served, not told busy.
 bin=rdma-probe-exporter
 (umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)

@@ -201,9 +201,20 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
         Some(&1.0),
         "node2 told its name and labels:\n{by_address}"
     );
+    // No measured path to node1 itself: only the series that says it is skipped.
+    let own_path = format!("peer=\"{node1_address}\",peer_device");
     assert!(
-        !by_address.contains(&format!("peer=\"{node1_address}\",peer_device")),
+        !by_address
+            .lines()
+            .any(|l| l.contains(&own_path) && !l.starts_with("rdma_probe_path_skipped{")),
         "no path to node1 itself:\n{by_address}"
+    );
+    assert_eq!(
+        s.get(&format!(
+            "rdma_probe_path_skipped{{device=\"rxe0\",peer=\"{node1_address}\",peer_device=\"unknown\",reason=\"itself\"}}"
+        )),
+        Some(&1.0),
+        "the skipped path is shown:\n{by_address}"
     );
     assert_eq!(
         s.get("rdma_probe_schedule_skipped_paths{device=\"rxe0\",reason=\"itself\"}"),

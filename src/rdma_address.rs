@@ -68,15 +68,17 @@ impl RdmaDestinations {
     /// Whether this node may send RDMA traffic to the RoCE v2 GID `gid`.
     ///
     /// An IPv4-mapped GID (`::ffff:a.b.c.d`, what RoCE v2 ports carry for their IPv4 addresses)
-    /// or a routable IPv6 GID must name the control peer or lie in a listed network. A
-    /// link-local GID (`fe80::/10`, derived from the port's MAC) cannot be routed off the
-    /// peer's L2 segment and is not compared: it carries no address to compare.
+    /// or a routable IPv6 GID must name the control peer or lie in a listed network. Not
+    /// compared: a link-local GID (`fe80::/10`, derived from the port's MAC), which cannot be
+    /// routed off the peer's L2 segment and carries no address to compare; and any GID when the
+    /// control connection is over loopback: the peer is a process on this host (a node probing
+    /// itself), whose RDMA address is one of this host's ports and never the loopback address.
     pub fn check(&self, gid: [u8; 16]) -> Result<(), RdmaAddressError> {
         let v6 = Ipv6Addr::from(gid);
         if v6.is_unspecified() {
             return Err(RdmaAddressError::Unset);
         }
-        if v6.segments()[0] & 0xffc0 == 0xfe80 {
+        if v6.segments()[0] & 0xffc0 == 0xfe80 || self.control_peer.is_loopback() {
             return Ok(());
         }
         let gid_ip = IpAddr::V6(v6).to_canonical();
@@ -141,6 +143,17 @@ mod tests {
         assert!(d.check(other.octets()).is_err());
         let link_local: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
         assert_eq!(d.check(link_local.octets()), Ok(()));
+    }
+
+    #[test]
+    fn over_loopback_the_peer_is_this_host_and_its_port_address_is_not_compared() {
+        for control in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            assert_eq!(
+                dest(control, &[]).check(mapped([192, 0, 2, 11])),
+                Ok(()),
+                "{control}"
+            );
+        }
     }
 
     #[test]

@@ -55,6 +55,21 @@ impl fmt::Display for NetworkList {
     }
 }
 
+/// `rdma_networks` entry (config or `--rdma-network`): a network in CIDR form, without host
+/// bits; the error says what is wrong (the caller names where the text came from).
+pub fn parse_network(text: &str) -> Result<IpNet, String> {
+    let network: IpNet = text
+        .parse()
+        .map_err(|_| "not a network in CIDR form, e.g. 10.1.0.0/16".to_owned())?;
+    if network.trunc() != network {
+        return Err(format!(
+            "{network} has host bits set: the network is {}",
+            network.trunc()
+        ));
+    }
+    Ok(network)
+}
+
 impl RdmaDestinations {
     /// `control_peer`: the address the control connection reached (prober) or came from
     /// (responder); `networks`: `rdma_networks` from the config or the command line.

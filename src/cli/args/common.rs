@@ -11,6 +11,7 @@ use ipnet::IpNet;
 
 use super::usage_error;
 use crate::control::{AuthMode, Keys, Psk};
+use crate::rdma_address::parse_network;
 use crate::units::{parse_positive_duration, ByteSize, UnitError, BYTE_SIZE_FORMS};
 
 /// Where `--node` falls back to when neither the flag nor `NODE_NAME` is set.
@@ -96,16 +97,7 @@ pub struct RdmaNetworkArgs {
 
 /// A network in CIDR form, without host bits.
 fn parse_rdma_network(s: &str) -> Result<IpNet, String> {
-    let network: IpNet = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a network in CIDR form, e.g. 10.1.0.0/16"))?;
-    if network.trunc() != network {
-        return Err(format!(
-            "{network} has host bits set: the network is {}",
-            network.trunc()
-        ));
-    }
-    Ok(network)
+    parse_network(s).map_err(|why| format!("{s:?}: {why}"))
 }
 
 /// The environment variable Kubernetes manifests set from `spec.nodeName` (the downward API), so

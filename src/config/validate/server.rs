@@ -10,6 +10,7 @@ use super::Ctx;
 use crate::config::error::{ConfigError, Pos};
 use crate::config::file::{RawAuth, Scalar};
 use crate::config::model::*;
+use crate::rdma_address::parse_network;
 use crate::text::quote;
 use crate::units::ByteSize;
 
@@ -108,23 +109,9 @@ impl Ctx<'_> {
         for (i, scalar) in raw.map_or(&[][..], |r| &r.value).iter().enumerate() {
             let path = format!("rdma_networks[{i}]");
             let value = self.non_empty(scalar, &path)?;
-            let network: IpNet = value.parse().map_err(|_| {
-                self.invalid(
-                    self.pos(scalar),
-                    &path,
-                    format!("{} is not a network in CIDR form", quote(&value)),
-                )
+            let network = parse_network(&value).map_err(|why| {
+                self.invalid(self.pos(scalar), &path, format!("{}: {why}", quote(&value)))
             })?;
-            if network.trunc() != network {
-                return Err(self.invalid(
-                    self.pos(scalar),
-                    &path,
-                    format!(
-                        "{network} has host bits set: the network is {}",
-                        network.trunc()
-                    ),
-                ));
-            }
             out.push(network);
         }
         Ok(out)

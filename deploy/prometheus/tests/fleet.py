@@ -186,11 +186,24 @@ class Scenario:
     check_every: int = 5
     failure_rate: float = 0.003
     busy_rate: float = 0.02
+    # A failed probe into a faulty port or node takes the probe timeout on the prober's device,
+    # one probe at a time: with this set, a device with such a path probes nothing else while
+    # the fault lasts (the worst case: timeouts as long as the interval).
+    timeouts_hold: bool = False
 
 
 def removed(sc, step, node):
     """Whether the paths into `node` are out of every prober's config (an "unprobed" event)."""
     return any(e[0] == "unprobed" and e[1] == node and e[2] <= step < e[3] for e in sc.events)
+
+
+def held_by_timeouts(sc, peers_of, step, n, r, m):
+    """Whether n/mlx5_r cannot probe m at `step` because its probes into a faulty peer are
+    timing out (Scenario.timeouts_hold)."""
+    if not sc.timeouts_hold or probe_outcome(sc.fleet, sc.faults, step, n, r, m)[0]:
+        return False
+    return any(probe_outcome(sc.fleet, sc.faults, step, n, r, other)[0]
+               for other in peers_of[(n, r)] if other != m)
 
 
 def emulate(sc):
@@ -204,6 +217,9 @@ def emulate(sc):
         series.setdefault(key, [None] * steps)[step] = value
 
     paths = fleet.paths()
+    peers_of = {}
+    for n, r, m, _ in paths:
+        peers_of.setdefault((n, r), []).append(m)
     states = {}
     phases = {p: rng.uniform(0, p[3]) for p in paths}
     next_probe = {p: phases[p] for p in paths}
@@ -228,6 +244,9 @@ def emulate(sc):
                 if any(e[0] == "stale" and e[1] == n and e[2] <= step < e[3] and e[5] == r
                        for e in sc.events):
                     continue  # the device's probes do not run
+                if held_by_timeouts(sc, peers_of, int(t // STEP), n, r, m):
+                    next_probe[p] = t + 5  # runs as soon as the device is free
+                    continue
                 if removed(sc, step, m):
                     next_probe[p] = t + interval
                     continue
@@ -555,6 +574,9 @@ def scenarios():
     s.append(Scenario("a clean full mesh fires nothing", MESH, 90))
     s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
                       [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
+    s.append(Scenario("a dead port whose probes' timeouts hold its probers' devices fires only "
+                      "RdmaProbePortFailing (no RdmaProbeStale for the paths they starve)", MESH, 90,
+                      [Fault("port_fail", 20, 60, node="t0n2", rail=1)], timeouts_hold=True))
     s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
                       [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
     s.append(Scenario("a slow port (a rate cap) fires one RdmaProbePortDegraded", MESH, 80,

@@ -15,8 +15,8 @@
 #  Each fault starts HOLD_INTERVALS after the previous one has cleared (its late notifications
 #  count against it).
 #  5. node1 keeps what the test judges: the notifications, every firing alert sample of the run,
-#     the rules' health, every dashboard query run over the whole run, and the phase times (its
-#     own clock, which is Prometheus's).
+#     the rules' health, every dashboard query run over the whole run, what each path measured
+#     (shown when a phase fails) and the phase times (its own clock, which is Prometheus's).
 # Files (lab/run --file): lab.yaml, rules.yaml, alertmanager.yaml, prometheus and alertmanager
 # (the servers), prometheus-lab.env (INTERVAL_SECONDS, CLEAN_SECONDS, CAP, HOLD_INTERVALS),
 # dashboard-queries.json (deploy/lib/checks.py queries), prometheus_queries.py and
@@ -179,6 +179,13 @@ node1)
   curl -sS --max-time 30 -G "$prom/api/v1/query" --data-urlencode "time=$stop_end" \
     --data-urlencode "query=ALERTS{alertstate=\"firing\"}[${since}s]" >alerts-firing.json || exit 1
   curl -sS --max-time 30 "$prom/api/v1/rules" >rules.json || exit 1
+  # What each path measured, one sample an interval (the test shows it when a phase fails).
+  for what in "ratio=path:rdma_probe_bandwidth:ratio" \
+    "attempt-age=time() - rdma_probe_last_attempt_timestamp_seconds"; do
+    curl -sS --max-time 30 -G "$prom/api/v1/query_range" --data-urlencode "query=${what#*=}" \
+      --data-urlencode "start=$up_start" --data-urlencode "end=$stop_end" \
+      --data-urlencode "step=$INTERVAL_SECONDS" >"path-history-${what%%=*}.json" || exit 1
+  done
   python3 "$files/prometheus_queries.py" "$prom" "$files/dashboard-queries.json" \
     "$up_start" "$stop_end" "$INTERVAL_SECONDS" dashboard-results.json || exit 1
   lab_signal done

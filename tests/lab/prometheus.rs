@@ -242,13 +242,54 @@ fn show(ns: &[&Notification], since: f64, interval: f64) -> String {
         .join("; ")
 }
 
-/// Panics unless the window [from, to) received exactly the `want` notification (or none).
+/// What each path measured in [from, to), from the range queries node1 saved
+/// (path-history-*.json): per path, the ratio of each sample to its pace and the age of its last
+/// attempt, one sample an interval; to tell on a failure what the rules saw.
+fn path_history(run: &LabRun, (from, to): (f64, f64)) -> String {
+    let mut out = String::new();
+    for (file, what) in [
+        ("path-history-ratio.json", "paced burst / pace"),
+        (
+            "path-history-attempt-age.json",
+            "seconds since its last attempt",
+        ),
+    ] {
+        let text = std::fs::read_to_string(run.node_dir("node1").join(file)).unwrap_or_default();
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            out.push_str(&format!("\n(no {file})"));
+            continue;
+        };
+        out.push_str(&format!("\n{what}, from {from:.0}:"));
+        for series in v["data"]["result"].as_array().into_iter().flatten() {
+            let m = &series["metric"];
+            let samples: Vec<String> = series["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some((p[0].as_f64()?, p[1].as_str()?.parse::<f64>().ok()?)))
+                .filter(|(t, _)| (from..to).contains(t))
+                .map(|(t, v)| format!("{:.0}:{v:.2}", t - from))
+                .collect();
+            out.push_str(&format!(
+                "\n  {} -> {}: {}",
+                m["instance"].as_str().unwrap_or("?"),
+                m["peer"].as_str().unwrap_or("?"),
+                samples.join(" ")
+            ));
+        }
+    }
+    out
+}
+
+/// Panics unless the window [from, to) received exactly the `want` notification (or none);
+/// `history` (path_history) goes into the message.
 fn assert_one_notification(
     all: &[Notification],
     what: &str,
     (from, to): (f64, f64),
     want: Option<Named>,
     interval: f64,
+    history: &dyn Fn((f64, f64)) -> String,
 ) {
     let got = received_within(all, from, to);
     eprintln!(
@@ -257,12 +298,13 @@ fn assert_one_notification(
         show(&got, from, interval)
     );
     let names: Vec<&Named> = got.iter().map(|n| &n.named).collect();
-    assert_eq!(
-        names,
-        want.iter().collect::<Vec<_>>(),
-        "{what}: the notifications: {}",
-        show(&got, from, interval)
-    );
+    if names != want.iter().collect::<Vec<_>>() {
+        panic!(
+            "{what}: the notifications: {}; want {want:?}\nwhat the paths measured:{}",
+            show(&got, from, interval),
+            history((from, to))
+        );
+    }
 }
 
 /// The dashboard queries that returned no data, and those of them that had no events to show:
@@ -328,6 +370,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
     run.assert_success();
     let interval = f64::from(interval_s);
     let sent = notifications(&run.file("node1", "notifications.jsonl"));
+    let history = |window| path_history(&run, window);
 
     // Every rule evaluates without error on real scrapes.
     let rules = json(&run, "rules.json");
@@ -351,7 +394,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         clean_end - phase(&run, "clean_start"),
         (clean_end - phase(&run, "clean_start")) / interval
     );
-    assert_one_notification(&sent, "clean", (up, clean_end), None, interval);
+    assert_one_notification(&sent, "clean", (up, clean_end), None, interval, &history);
 
     // 2.-4. One notification per fault, naming its component; each fault's window runs to the
     // next fault's start, so a late or second notification counts against it.
@@ -366,6 +409,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         (clean_end, port),
         Some(named("RdmaProbePortDegraded", "port", "node2", "rxe0")),
         interval,
+        &history,
     );
     eprintln!(
         "  (the cap began {:.0} s into that window)",
@@ -377,6 +421,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         (port, stop),
         Some(named("RdmaProbePortFailing", "port", "node3", "rxe0")),
         interval,
+        &history,
     );
     assert_one_notification(
         &sent,
@@ -384,6 +429,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         (stop, phase(&run, "stop_end") + 1.0),
         Some(named("RdmaProbeNodeDown", "node", "node3", "")),
         interval,
+        &history,
     );
 
     // 4. Every dashboard query runs without error and returns data, but for a query of event
@@ -437,21 +483,31 @@ fn one_fault_must_send_exactly_one_notification_naming_it() {
     ]
     .join("\n");
     let sent = notifications(&log);
+    let history = |_| String::new();
     assert_eq!(sent.len(), 1, "a resolved notification is not a firing one");
-    assert_one_notification(&sent, "t", (50.0, 500.0), Some(port.clone()), 10.0);
+    assert_one_notification(
+        &sent,
+        "t",
+        (50.0, 500.0),
+        Some(port.clone()),
+        10.0,
+        &history,
+    );
     assert!(support::panics(|| assert_one_notification(
         &sent,
         "t",
         (150.0, 500.0),
         Some(port.clone()),
-        10.0
+        10.0,
+        &history
     )));
     assert!(support::panics(|| assert_one_notification(
         &sent,
         "t",
         (50.0, 500.0),
         None,
-        10.0
+        10.0,
+        &history
     )));
     let other = named("RdmaProbePortFailing", "port", "node2", "rxe0");
     assert!(support::panics(|| assert_one_notification(
@@ -459,7 +515,8 @@ fn one_fault_must_send_exactly_one_notification_naming_it() {
         "t",
         (50.0, 500.0),
         Some(other),
-        10.0
+        10.0,
+        &history
     )));
     let twice = [
         line(100.0, "firing", "RdmaProbePortFailing", "node3", "fine"),
@@ -471,7 +528,8 @@ fn one_fault_must_send_exactly_one_notification_naming_it() {
         "t",
         (50.0, 500.0),
         Some(port),
-        10.0
+        10.0,
+        &history
     )));
     let broken = line(100.0, "firing", "A", "n", "<error expanding template: x>");
     assert!(support::panics(|| {

@@ -274,6 +274,8 @@ def emulate(sc):
                                 st.gap = 0.5
                             elif e[0] == "below_baseline":
                                 st.ratio = 0.78
+                            elif e[0] == "slow":
+                                st.ratio = 0.5
             if st.attempts == 0 or removed(sc, step, m):
                 continue
             labels = {"instance": n, "device": f"mlx5_{r}", "peer": m, "peer_device": f"mlx5_{r}"}
@@ -486,7 +488,8 @@ def windows(sc):
             alerts, detect = alerts[1:], f.end - f.start + 1
         out += [(a, f.start, f.end, detect, resolve) for a in alerts]
     for e in sc.events:
-        out.append(event_alerts(e))
+        if e[0] != "slow":  # fewer than K slow probes: nothing may fire
+            out.append(event_alerts(e))
     return out
 
 
@@ -575,8 +578,11 @@ def scenarios():
     s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
                       [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
     s.append(Scenario("a dead port whose probes' timeouts hold its probers' devices fires only "
-                      "RdmaProbePortFailing (no RdmaProbeStale for the paths they starve)", MESH, 90,
-                      [Fault("port_fail", 20, 60, node="t0n2", rail=1)], timeouts_hold=True))
+                      "RdmaProbePortFailing: no RdmaProbeStale for the paths they starve, and no "
+                      "RdmaProbePathDegraded for the two slow results one of those paths keeps "
+                      "meanwhile (fewer than K probes)", MESH, 90,
+                      [Fault("port_fail", 20, 60, node="t0n2", rail=1)],
+                      events=[("slow", "t0n0", 18, 21, "t0n1", 1)], timeouts_hold=True))
     s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
                       [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
     s.append(Scenario("a slow port (a rate cap) fires one RdmaProbePortDegraded", MESH, 80,

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::device::{DeviceCommand, ProbeFinished};
 use super::identity::{configured_node, peer_info_labels, PeerIdentities, Unmatched};
-use super::paths::{path_specs, selector, PathSpec};
+use super::paths::{own_labels, path_specs, selector, PathSpec};
 use crate::config::{Config, Device, Limits};
 use crate::control::message::Identity;
 use crate::control::AuthMode;
@@ -729,11 +729,12 @@ impl Service {
     }
 }
 
-/// The node's static labels, and each active peer's with what it said about itself, for
+/// The node's static labels (its own entry in `peers`, overridden by `labels`, as the selection
+/// and the responder see them), and each active peer's with what it said about itself, for
 /// `node_info` and `peer_info`.
 fn info_labels(config: &Config, identities: &PeerIdentities) -> InfoLabels {
     let node = std::iter::once(("node".to_owned(), config.node().to_owned()))
-        .chain(config.labels().iter().map(|(k, v)| (k.clone(), v.clone())))
+        .chain(own_labels(config))
         .collect();
     let peers = config
         .active_peers()

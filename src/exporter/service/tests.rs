@@ -702,3 +702,26 @@ async fn the_recorder_is_told_each_paths_planned_interval_sampled_paths_their_ro
     assert_eq!(sampled.len(), 1, "{told:?}");
     assert_eq!(*sampled[0].1, crate::config::DEFAULT_ROUND);
 }
+
+/// `node_info` carries the node's labels as the selection and the responder see them: its own
+/// entry in the shared `peers` list (where the ToR of every node is written once), overridden
+/// by `labels`.
+#[test]
+fn node_info_takes_the_nodes_own_entry_in_peers_under_its_labels() {
+    let text = "
+node: node1
+auth: none
+labels: {rack: r9}
+devices:
+  - {name: rxe0, port: 1, rail: 0}
+peers:
+  - {name: node1, address: 192.0.2.11, labels: {tor: t1, rack: r1}}
+  - {name: node2, address: 192.0.2.12, labels: {tor: t2}}
+";
+    let config = Config::from_str(text, "test", |_| None).unwrap();
+    let info = info_labels(&config, &PeerIdentities::default());
+    let node: BTreeMap<String, String> = info.node.into_iter().collect();
+    assert_eq!(node.get("node").map(String::as_str), Some("node1"));
+    assert_eq!(node.get("tor").map(String::as_str), Some("t1"));
+    assert_eq!(node.get("rack").map(String::as_str), Some("r9"));
+}

@@ -226,13 +226,13 @@ def describe_episode(ep, since):
     resolved = "" if ep.resolved is None else f", resolved at +{ep.resolved - since:.0f} s"
     return (f"{ep.labels.get('alertname', '?')}{{component={ep.labels.get('component', '')},"
             f"severity={ep.labels.get('severity', '')},{where}}} at +{ep.fired - since:.0f} s"
-            f"{resolved} ({ep.notifications} notifications, {ep.receiver})")
+            f"{resolved} ({ep.notifications} notification{'s' if ep.notifications > 1 else ''}, {ep.receiver})")
 
 
-def verdict(results, unexplained, notifications, extra_problems=()):
+def verdict(results, unexplained, notifications, extra_problems=(), run_start=0.0):
     """Every target: the failures, empty when all were met."""
     fails = [f"{r['fault']}: {p}" for r in results for p in r["problems"]]
-    fails += [f"unexplained: {describe_episode(ep, ep.fired)}" for ep in unexplained]
+    fails += [f"unexplained: {describe_episode(ep, run_start)}" for ep in unexplained]
     fails += [f"template error: {t}" for t in notifications.template_errors]
     fails += list(extra_problems)
     return fails

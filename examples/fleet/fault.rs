@@ -424,8 +424,8 @@ mod tests {
 
     #[test]
     fn every_kind_parses_with_names_or_numbers() {
-        let f = parse("path:node=t0n1,device=mlx5_3,peer=40,fraction=0.5,start=300s,end=15m")
-            .unwrap();
+        let f =
+            parse("path:node=t0n1,device=mlx5_3,peer=40,fraction=0.5,start=300s,end=15m").unwrap();
         assert_eq!(
             (f.kind, f.node, f.device, f.peer, f.fraction),
             (Kind::Path, Some(1), Some(3), Some(40), Some(0.5))
@@ -471,7 +471,10 @@ mod tests {
             ("path:node=1,device=0,peer=1,fraction=0", "another node"),
             ("tor_uplink:tor=t8,rail=0,fraction=0", "no ToR t8"),
             ("node:node=-1", "not a node"),
-            ("port_width:node=99999999999999999999999,device=0", "not a node"),
+            (
+                "port_width:node=99999999999999999999999,device=0",
+                "not a node",
+            ),
         ] {
             let error = parse(spec).expect_err(spec);
             assert!(error.contains(says), "{spec}: {error}");

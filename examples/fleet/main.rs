@@ -30,7 +30,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -182,7 +182,10 @@ async fn signalled() {
 }
 
 /// Runs the fleet for `--duration` or until `interrupted` resolves.
-pub async fn run(args: Args, interrupted: impl std::future::Future<Output = ()>) -> Result<(), String> {
+pub async fn run(
+    args: Args,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
     let model = args.model()?;
     let shape = model.shape;
     if usize::from(args.base_port) + shape.nodes > usize::from(u16::MAX) + 1 {
@@ -218,7 +221,6 @@ pub async fn run(args: Args, interrupted: impl std::future::Future<Output = ()>)
     let fleet = Arc::new(Fleet::new(model.clone(), behaviour, started));
     let shared = Arc::new(node::shared_config(&shape, args.interval, args.burst));
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let up = Arc::new(AtomicUsize::new(0));
     let mut nodes = Vec::with_capacity(shape.nodes);
     for (k, listener) in listeners.into_iter().enumerate() {
         // A node that starts powered off does not listen.
@@ -230,7 +232,6 @@ pub async fn run(args: Args, interrupted: impl std::future::Future<Output = ()>)
             out.clone(),
             args.base_port + k as u16,
             listener,
-            Arc::clone(&up),
             shutdown_rx.clone(),
         )));
     }
@@ -259,7 +260,7 @@ pub async fn run(args: Args, interrupted: impl std::future::Future<Output = ()>)
         out.join("fleet.json").display()
     );
 
-    let progress = tokio::spawn(progress(Arc::clone(&fleet), Arc::clone(&up), args.duration));
+    let progress = tokio::spawn(progress(Arc::clone(&fleet), args.duration));
     tokio::select! {
         () = tokio::time::sleep_until(started + args.duration) => {}
         () = interrupted => eprintln!("fleet: interrupted, stopping every node"),
@@ -270,7 +271,10 @@ pub async fn run(args: Args, interrupted: impl std::future::Future<Output = ()>)
     for node in nodes {
         let _ = node.await;
     }
-    eprintln!("fleet: stopped after {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "fleet: stopped after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -327,7 +331,7 @@ fn write_atomically(path: &Path, value: &Value) -> Result<(), String> {
 }
 
 /// One line every [`PROGRESS_EVERY`]: nodes up and what the probes did.
-async fn progress(fleet: Arc<Fleet>, up: Arc<AtomicUsize>, duration: Duration) {
+async fn progress(fleet: Arc<Fleet>, duration: Duration) {
     let mut ticker = tokio::time::interval(PROGRESS_EVERY);
     ticker.tick().await;
     let mut last = 0;
@@ -344,7 +348,7 @@ async fn progress(fleet: Arc<Fleet>, up: Arc<AtomicUsize>, duration: Duration) {
             "fleet: {:.0}/{:.0} s, nodes up {}/{}, probes {total} ({:.0}/s): ok {ok}, failed {failed}, busy {busy}",
             fleet.started.elapsed().as_secs_f64(),
             duration.as_secs_f64(),
-            up.load(Ordering::Relaxed),
+            c.nodes_up.load(Ordering::Relaxed),
             fleet.model.shape.nodes,
             (total - last) as f64 / PROGRESS_EVERY.as_secs_f64(),
         );

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,7 +72,6 @@ pub async fn supervise(
     out: PathBuf,
     port: u16,
     mut listener: Option<TcpListener>,
-    up: Arc<AtomicUsize>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let name = fleet.model.shape.node_name(k);
@@ -111,9 +110,18 @@ pub async fn supervise(
                 () = sleep_until(started, goes_down) => {}
             }
         };
-        up.fetch_add(1, Ordering::Relaxed);
-        let result = run_instance(k, &fleet, &config_path, sysfs_root.clone(), &text, bound, stop).await;
-        up.fetch_sub(1, Ordering::Relaxed);
+        fleet.counts.nodes_up.fetch_add(1, Ordering::Relaxed);
+        let result = run_instance(
+            k,
+            &fleet,
+            &config_path,
+            sysfs_root.clone(),
+            &text,
+            bound,
+            stop,
+        )
+        .await;
+        fleet.counts.nodes_up.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = result {
             eprintln!("fleet: {name}: {e}");
             return;

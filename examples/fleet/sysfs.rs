@@ -145,22 +145,30 @@ mod tests {
         .map(|s| Fault::parse(s, &shape).unwrap())
         .collect();
         let model = FaultModel { shape, faults };
-        let out =
-            std::env::temp_dir().join(format!("fleet-sysfs-test-{}", std::process::id()));
+        let out = std::env::temp_dir().join(format!("fleet-sysfs-test-{}", std::process::id()));
         write_all(&out, &model, Duration::ZERO).unwrap();
         let sysfs = Sysfs::new(root(&out, "t0n0"));
         let port = |d: &str| sysfs.device(d).unwrap().ports[0].clone();
         assert_eq!(port("mlx5_0").state, Some(PortState::Down));
         assert_eq!(port("mlx5_1").state, Some(PortState::Active));
-        assert_eq!(port("mlx5_1").link_rate_bits_per_second, Some(200_000_000_000));
-        assert_eq!(port("mlx5_2").link_rate_bits_per_second, Some(400_000_000_000));
+        assert_eq!(
+            port("mlx5_1").link_rate_bits_per_second,
+            Some(200_000_000_000)
+        );
+        assert_eq!(
+            port("mlx5_2").link_rate_bits_per_second,
+            Some(400_000_000_000)
+        );
         let pci = sysfs.device("mlx5_3").unwrap().pci.unwrap();
         assert_eq!((pci.link.width, pci.link.degraded()), (Some(8), Some(true)));
         let other = Sysfs::new(root(&out, "t0n1")).device("mlx5_3").unwrap();
         assert_eq!(other.pci.unwrap().link.degraded(), Some(false));
 
         write_all(&out, &model, Duration::from_secs(5)).unwrap();
-        assert_eq!(port("mlx5_2").link_rate_bits_per_second, Some(200_000_000_000));
+        assert_eq!(
+            port("mlx5_2").link_rate_bits_per_second,
+            Some(200_000_000_000)
+        );
         let _ = std::fs::remove_dir_all(&out);
     }
 }

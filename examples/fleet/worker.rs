@@ -3,7 +3,7 @@
 //! model instead of running an RDMA burst.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -35,9 +35,10 @@ pub struct Behaviour {
     pub seed: u64,
 }
 
-/// Probes run by every node, for the progress line.
+/// Nodes running and probes run by every node, for the progress line.
 #[derive(Debug, Default)]
 pub struct Counts {
+    pub nodes_up: AtomicUsize,
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub busy: AtomicU64,
@@ -261,14 +262,7 @@ fn probe(
     let target = match &request.rate_limit {
         Some(limit) => match limit.resolve(spec.settings.message_size, Some(link_bytes)) {
             Ok(rate) => rate.bytes_per_second(),
-            Err(e) => {
-                return fail(
-                    outcome,
-                    ErrorReason::QpSetup,
-                    &e.to_string(),
-                    QUICK_ANSWER,
-                )
-            }
+            Err(e) => return fail(outcome, ErrorReason::QpSetup, &e.to_string(), QUICK_ANSWER),
         },
         None => link_bytes,
     };

@@ -75,6 +75,7 @@ fn a_small_fleet_shows_each_fault_where_it_is_and_nowhere_else() {
         "--fault=port:node=t0n1,device=mlx5_1,fraction=0",
         "--fault=port_width:node=t1n0,device=mlx5_0",
         "--fault=node:node=t1n2",
+        "--fault=reboot:node=t0n2,start=1s,end=3s",
     ])
     .unwrap();
     let fleet = std::thread::spawn(move || {
@@ -91,13 +92,14 @@ fn a_small_fleet_shows_each_fault_where_it_is_and_nowhere_else() {
         assert!(started.elapsed() < Duration::from_secs(10), "no fleet.json");
         std::thread::sleep(Duration::from_millis(100));
     };
+    let started_unix = manifest["started_unix"].as_f64().unwrap();
     let nodes = manifest["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 6);
     assert_eq!(nodes[5]["node"], "t1n2");
     assert_eq!(nodes[5]["tor"], "t1");
     assert_eq!(nodes[5]["address"], format!("127.0.0.1:{}", base + 5));
     let faults = manifest["faults"].as_array().unwrap();
-    assert_eq!(faults.len(), 3);
+    assert_eq!(faults.len(), 4);
     assert_eq!(faults[0]["kind"], "port");
     assert_eq!(faults[0]["device"], "mlx5_1");
     assert!(faults[0]["start_unix"].as_f64().unwrap() > 1e9);
@@ -105,8 +107,16 @@ fn a_small_fleet_shows_each_fault_where_it_is_and_nowhere_else() {
         serde_json::from_str(&std::fs::read_to_string(out.join("targets.json")).unwrap()).unwrap();
     assert_eq!(targets[0]["targets"].as_array().unwrap().len(), 6);
 
-    // Every path probed a few times (1 s intervals, stretched by the budget to about 2 s).
-    std::thread::sleep(Duration::from_secs(8).saturating_sub(started.elapsed()));
+    // t0n2 reboots from 1 s to 3 s: gone meanwhile, back with fresh state after.
+    std::thread::sleep(Duration::from_millis(2000).saturating_sub(started.elapsed()));
+    assert!(
+        TcpStream::connect((Ipv4Addr::LOCALHOST, base + 2)).is_err(),
+        "a rebooting node listens"
+    );
+
+    // Every path probed a few times (1 s intervals, stretched by the budget to about 2 s), the
+    // rebooted node's paths and those into it since it came back.
+    std::thread::sleep(Duration::from_secs(9).saturating_sub(started.elapsed()));
     let faulty_port = |node: &str, device: &str, peer: &str| {
         device == "mlx5_1" && (node == "t0n1" || peer == "t0n1")
     };
@@ -138,6 +148,21 @@ fn a_small_fleet_shows_each_fault_where_it_is_and_nowhere_else() {
                 assert_eq!(*value, 1.0, "{node} {device} -> {peer} should succeed");
                 assert!(!failing, "{node} {device} -> {peer}");
             }
+        }
+        // The config is loaded once per life of a node: t0n2's second life began at 3 s.
+        let loaded = text
+            .lines()
+            .find_map(|l| l.strip_prefix("rdma_probe_config_last_reload_timestamp_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap()
+            - started_unix;
+        if node == "t0n2" {
+            assert!(
+                loaded >= 3.0,
+                "{node} is the same exporter after its reboot: {loaded}"
+            );
+        } else {
+            assert!(loaded < 1.0, "{node} loaded its config at {loaded} s");
         }
         let rates = samples(&text, "rdma_probe_port_rate_bytes_per_second");
         assert_eq!(rates.len(), 2, "{node}: {rates:?}");

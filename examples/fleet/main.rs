@@ -152,6 +152,11 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // A wrong fault spec is a usage error, like a wrong flag.
+    if let Err(e) = args.model() {
+        eprintln!("fleet: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

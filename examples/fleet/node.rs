@@ -150,7 +150,8 @@ fn next_change(fleet: &Fleet, k: usize) -> Option<Duration> {
         .find(|t| fleet.model.node_down(k, *t) != down)
 }
 
-async fn sleep_until(started: Instant, after: Duration) {
+/// Sleeps until `after` past `started`; forever when that is past what the clock can hold.
+pub async fn sleep_until(started: Instant, after: Duration) {
     match started.checked_add(after) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -99,7 +99,7 @@ pub fn write_all(out: &Path, model: &FaultModel, at: Duration) -> io::Result<()>
 /// Rewrites the trees of the nodes a sysfs fault touches, at each of its starts and ends.
 pub async fn follow_faults(out: PathBuf, model: FaultModel, started: tokio::time::Instant) {
     for at in model.sysfs_changes() {
-        tokio::time::sleep_until(started + at).await;
+        crate::node::sleep_until(started, at).await;
         let touched: Vec<(usize, u16)> = model
             .faults
             .iter()

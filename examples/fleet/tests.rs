@@ -203,3 +203,22 @@ fn a_bad_fault_is_an_error_before_anything_starts() {
     assert!(error.contains("no node t0n9"), "{error}");
     assert!(!out.exists(), "nothing written");
 }
+
+#[test]
+fn a_burst_as_long_as_the_interval_is_the_configs_error_before_anything_starts() {
+    let out = std::env::temp_dir().join(format!("fleet-emulator-burst-{}", std::process::id()));
+    let args = super::Args::try_parse_from([
+        "fleet",
+        "--nodes=4",
+        "--interval=1s",
+        "--burst=1s",
+        &format!("--out={}", out.display()),
+    ])
+    .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let error = runtime
+        .block_on(super::run(args, std::future::pending()))
+        .unwrap_err();
+    assert!(error.contains("not shorter than the interval"), "{error}");
+    assert!(!out.exists(), "nothing written");
+}

@@ -199,6 +199,17 @@ pub async fn run(
             args.base_port, shape.nodes
         ));
     }
+    // The settings every node shares, checked once: a burst as long as the interval is the
+    // config's error, before anything starts.
+    let shared = Arc::new(node::shared_config(&shape, args.interval, args.burst));
+    let first = format!("node: {}\n{shared}", shape.node_name(0));
+    rdma_probe_exporter::config::Config::from_str(&first, "the generated config", |_| None)
+        .map_err(|e| {
+            format!(
+                "--interval {:?} --burst {:?}: {e}",
+                args.interval, args.burst
+            )
+        })?;
     let out = args.out.clone();
     std::fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     // Every tree as it is at the start, before any node reads it.
@@ -224,7 +235,6 @@ pub async fn run(
         seed: args.seed,
     };
     let fleet = Arc::new(Fleet::new(model.clone(), behaviour, started));
-    let shared = Arc::new(node::shared_config(&shape, args.interval, args.burst));
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut nodes = Vec::with_capacity(shape.nodes);
     for (k, listener) in listeners.into_iter().enumerate() {
@@ -267,7 +277,7 @@ pub async fn run(
 
     let progress = tokio::spawn(progress(Arc::clone(&fleet), args.duration));
     tokio::select! {
-        () = tokio::time::sleep_until(started + args.duration) => {}
+        () = node::sleep_until(started, args.duration) => {}
         () = interrupted => eprintln!("fleet: interrupted, stopping every node"),
     }
     let _ = shutdown.send(true);

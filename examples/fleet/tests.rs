@@ -212,6 +212,8 @@ fn a_burst_as_long_as_the_interval_is_the_configs_error_before_anything_starts()
         "--nodes=4",
         "--interval=1s",
         "--burst=1s",
+        "--duration=3s",
+        &format!("--base-port={}", free_ports()),
         &format!("--out={}", out.display()),
     ])
     .unwrap();

@@ -13,7 +13,7 @@ faults match, to the latest one that had started when it fired.
 import json
 from dataclasses import dataclass, field
 
-# What each fault kind of the fleet emulator (examples/fleet.rs) must be notified as, from
+# What each fault kind of the fleet emulator (examples/fleet/) must be notified as, from
 # deploy/prometheus/rules.template.yaml and fault_alerts() of deploy/prometheus/tests/fleet.py.
 # Each entry: (alertname, component, severity, location labels taken from the fault, required).
 # A required alert must be notified exactly once; an optional one at most once; anything else

@@ -12,7 +12,7 @@ use rdma_probe_exporter::control::message::{Identity, IdentityDevice};
 use rdma_probe_exporter::exporter::device::{DeviceCommand, ProbeFinished};
 use rdma_probe_exporter::prober::ProbeOutcome;
 use rdma_probe_exporter::reason::ErrorReason;
-use rdma_probe_exporter::schedule::PathKey;
+use rdma_probe_exporter::schedule::{PathKey, SplitMix64};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -97,19 +97,6 @@ impl Fleet {
     }
 }
 
-/// SplitMix64: a few uniform draws per probe, reproducible from `--seed`.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// Runs device `mlx5_{rail}` of `node` until `stop` turns true or the service drops its sender.
 pub async fn run(
     fleet: Arc<Fleet>,
@@ -120,7 +107,8 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let seed = fleet.behaviour.seed ^ ((node as u64) << 16 | u64::from(rail)).rotate_left(29);
-    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+    // A few uniform draws per probe, reproducible from `--seed`.
+    let mut rng = SplitMix64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
     // Paths with a warm session: the next burst on them needs no setup.
     let mut warm: BTreeSet<PathKey> = BTreeSet::new();
     loop {
@@ -181,7 +169,7 @@ fn probe(
     rail: u16,
     spec: &rdma_probe_exporter::exporter::paths::PathSpec,
     request: &rdma_probe_exporter::prober::BurstRequest,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
 ) -> (ProbeOutcome, Duration) {
     let b = &fleet.behaviour;
     let at = fleet.elapsed();

@@ -52,7 +52,7 @@ pub use path::{
     Attempt, Dispatch, Outcome, OutcomeKind, PathKey, PathPlan, PathStats, ScheduleError,
     ScheduleKey, MAX_INTERVAL,
 };
-pub use rng::seed_from_name;
+pub use rng::{seed_from_name, SplitMix64};
 pub use scheduler::{
     Completion, DeviceStats, PathStatus, ScheduleConfig, Scheduler, DEFAULT_BUSY_BACKOFF,
     DEFAULT_BUSY_BACKOFF_MAX, DEFAULT_CREDIT_WINDOW, DEFAULT_DUTY_CYCLE, DEFAULT_MEASURE_WINDOW,

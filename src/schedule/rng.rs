@@ -5,22 +5,23 @@
 //! or a bug report can be replayed. SplitMix64 is one add and three xor-shift-multiplies per
 //! draw, passes BigCrush, and has no bad seeds (zero included).
 
-/// SplitMix64 (Steele, Lea, Flood 2014).
+/// SplitMix64 (Steele, Lea, Flood 2014). Public for the test tools that need the same
+/// reproducible draws (the fleet emulator's fault model).
 #[derive(Debug, Clone)]
-pub(crate) struct SplitMix64(u64);
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix(self.0)
     }
 
     /// Uniform in `[0, 1)`, with 53 bits of precision.
-    pub(crate) fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 }

@@ -96,9 +96,10 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
             "{node} has no path to itself:\n{scrape}"
         );
         assert_eq!(s.get("rdma_probe_config_reload_success"), Some(&1.0));
+        // The node's labels: its own entry in the shared peer list (rack), then `labels` (lab).
         assert_eq!(
             s.get(&format!(
-                "rdma_probe_node_info{{node=\"{node}\",lab=\"soft-roce\"}}"
+                "rdma_probe_node_info{{node=\"{node}\",lab=\"soft-roce\",rack=\"r{node}\"}}"
             )),
             Some(&1.0),
             "{scrape}"

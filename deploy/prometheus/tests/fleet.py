@@ -124,6 +124,19 @@ def probe_outcome(fleet, faults, step, n, r, m):
     return False, fraction
 
 
+def started(sc, node, step):
+    """The step the node's exporter started at, as of `step`: an hour before the scenario, or
+    when it came back from its last absence, or a `startup_deferrals` event's start."""
+    start = -60
+    for s in range(step + 1):
+        if s and exporter_absent(sc.faults, s - 1, node) and not exporter_absent(sc.faults, s, node):
+            start = s
+    for e in sc.events:
+        if e[0] == "startup_deferrals" and e[1] == node and e[2] <= step:
+            start = max(start, e[2])
+    return start
+
+
 def exporter_absent(faults, step, node):
     return any(f.node == node for f in active(faults, step)
                if f.kind in ("node_down", "reboot", "exporter_down", "scrape_gap"))
@@ -316,6 +329,7 @@ def emulate(sc):
             if absent or gone:
                 continue
             put("rdma_probe_node_info", {"instance": n, "node": n, "tor": fleet.tor(n)}, step, 1)
+            put("process_start_time_seconds", {"instance": n}, step, started(sc, n, step) * STEP)
             put("rdma_probe_config_reload_success", {"instance": n}, step,
                 0 if any(e[0] == "reload_failed" and e[1] == n and e[2] <= step < e[3]
                          for e in sc.events) else 1)
@@ -364,6 +378,12 @@ def counters(sc, step, put):
             put("rdma_probe_discovery_errors_total", {"instance": n, "source": "dns"}, step, done)
         elif kind == "budget_drops":
             put("rdma_probe_series_budget_dropped_paths_total", {"instance": n}, step, 5 * done)
+        elif kind == "startup_deferrals":
+            # A fresh exporter: every path is due at once, so the budget holds back 5 probes in
+            # each of its first 3 steps while the device runs 10 a step.
+            dev = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}"}
+            put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, 5 * min(step - start + 1, 3))
+            put("rdma_probe_runs_total", {**dev, "result": "success"}, step, 10 * (step - start + 1))
         elif kind == "budget_deferrals":
             dev = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}"}
             put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, 2 * done)
@@ -488,7 +508,9 @@ def windows(sc):
             alerts, detect = alerts[1:], f.end - f.start + 1
         out += [(a, f.start, f.end, detect, resolve) for a in alerts]
     for e in sc.events:
-        if e[0] != "slow":  # fewer than K slow probes: nothing may fire
+        # Fewer than K slow probes, or budget deferrals in an exporter's first window: nothing
+        # may fire.
+        if e[0] not in ("slow", "startup_deferrals"):
             out.append(event_alerts(e))
     return out
 
@@ -625,7 +647,8 @@ def scenarios():
                               ("link_errors", "t0n4", 40, 60, "t0n0", 1),
                               ("discovery", "t0n0", 40, 80, "", -1),
                               ("budget_drops", "t0n1", 10, 22, "", -1),
-                              ("budget_deferrals", "t0n3", 50, 80, "t0n2", 1)]))
+                              ("budget_deferrals", "t0n3", 50, 80, "t0n2", 1),
+                              ("startup_deferrals", "t0n4", 90, 110, "t0n2", 0)]))
     s.append(Scenario("path shape alerts: stalls, completion gaps, below baseline",
                       MESH, 150,
                       events=[("stall", "t0n0", 70, 100, "t0n1", 0),

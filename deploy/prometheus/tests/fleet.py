@@ -566,7 +566,22 @@ def render_test(sc, rules):
             lines.append("      - expr: '" + span_query(alerts, max(t - prev, 1)) + "'")
             lines.append(f"        eval_time: {t}m")
             lines.append("        exp_samples: []")
+    # The records that only carry labels are 1 (other records multiply by them), and exist.
+    t = sc.check_every
+    lines.append(f"      # label-only records are 1 at {t}m")
+    lines.append(f"      - expr: '{LABEL_RECORDS} != 1'")
+    lines.append(f"        eval_time: {t}m")
+    lines.append("        exp_samples: []")
+    lines.append(f"      - expr: 'count({LABEL_RECORDS}) > bool 0'")
+    lines.append(f"        eval_time: {t}m")
+    lines.append("        exp_samples:")
+    lines.append("          - labels: '{}'")
+    lines.append("            value: 1")
     return "\n".join(lines) + "\n"
+
+
+LABEL_RECORDS = ("(path:rdma_probe_labels:info or path_end:rdma_probe_labels:info"
+                 " or tor_pair:rdma_probe_crossing:info or path:rdma_probe_over_probes_window:info)")
 
 
 def constant(alert):

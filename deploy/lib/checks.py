@@ -20,7 +20,7 @@
       writes every panel's PromQL expression with the dashboard variables set (NAME=VALUE, e.g.
       node=node1 __rate_interval=1m; a query variable not set matches all its values, `.*`:
       Grafana's "All", or every value of one that opens on its worst value) as a JSON list of
-      {"where", "expr", "dashboard", "panel", "instant"}: the lab and scripts/fleet-bench
+      {"where", "expr", "dashboard", "panel", "width", "instant"}: the lab and scripts/fleet-bench
       --dashboards run them against a real Prometheus.
 
 Rules files are read line by line (the generated file's own layout: `- alert:` items with
@@ -370,7 +370,7 @@ def dashboard_queries(out_json, settings, paths):
                     where = f"{Path(path).name}: panel {p.get('id')} {p.get('title', '?')!r} (query {t.get('refId', '?')})"
                     queries.append({"where": where, "expr": substitute(t["expr"], values, where),
                                     "dashboard": Path(path).name, "panel": f"{p.get('id')} {p.get('title', '?')}",
-                                    "instant": bool(t.get("instant"))})
+                                    "width": p.get("gridPos", {}).get("w", 24), "instant": bool(t.get("instant"))})
     Path(out_json).write_text(json.dumps(queries, indent=1) + "\n")
 
 

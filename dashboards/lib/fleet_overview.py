@@ -1,5 +1,5 @@
 """RDMA probes: fleet overview (uid rdma-probe-fleet): the fleet at a glance, the suspects the
-component alerts name, ToR x ToR per rail, ports and capacity (docs/operations.md, "Dashboards")."""
+component alerts name, ToR x ToR per rail, ports and capacity (deploy/README.md, "Dashboards")."""
 
 from grafana_foundation_sdk.builders import dashboard as db
 

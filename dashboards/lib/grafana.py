@@ -1,6 +1,6 @@
 """Building blocks of the dashboards (dashboards/generate): the datasource, selectors, the
 variables every dashboard has, and panels in the house style, made with the Grafana Foundation
-SDK's builders (docs/operations.md, "Dashboards")."""
+SDK's builders (deploy/README.md, "Dashboards")."""
 
 import json
 

@@ -1,5 +1,5 @@
 """RDMA probes: path drilldown (uid rdma-probe-path): the nodes of one ToR pair on a rail, then
-one node's paths (or a few) over time, its ports and PCIe links (docs/operations.md,
+one node's paths (or a few) over time, its ports and PCIe links (deploy/README.md,
 "Dashboards"). Opened without variables it shows the worst ToR pair and the worst node, never
 the whole fleet."""
 

@@ -39,6 +39,8 @@ class DashboardBenchTest(unittest.TestCase):
         self.assertEqual(db.percentile(values, 99), 0.99)
         self.assertEqual(db.percentile(values, 50), 0.5)
         self.assertEqual(db.percentile([3.0], 99), 3.0)
+        # Nearest rank rounds up: the p99 of ten runs is the slowest.
+        self.assertEqual(db.percentile([float(i) for i in range(1, 11)], 99), 10.0)
         self.assertIsNone(db.percentile([], 99))
 
     def test_a_panel_has_data_only_when_every_query_has_in_the_mode_it_runs(self):

@@ -10,7 +10,6 @@ from grafana import (RATIO_STEPS, dashboard, link, matrix, organize, prop, query
 
 UID = "rdma-probe-path"
 S = sel()
-PACED = sel('kind="paced"')
 CAPACITY = sel('kind="capacity"')
 LEGEND = "{{instance}} {{device}} → {{peer}} {{peer_device}}"
 PAIR = 'tor=~"$tor", peer_tor=~"$peer_tor", rail=~"$rail"'

@@ -45,7 +45,7 @@ def glance(d):
         query("A", f"count(count by (instance, peer) (rdma_probe_success{S}))", "node pairs", instant=True),
         query("B", f"count(rdma_probe_success{S})", "paths", instant=True)], [(None, "blue")], names=True))
     d = d.with_panel(stat_panel("Success", "Share of paths whose last probe succeeded.", 4, 4, [
-        query("A", f"sum(rdma_probe_success{S}) / count(rdma_probe_success{S})")],
+        query("A", f"avg(rdma_probe_success{S})")],
         [(None, "red"), (0.95, "orange"), (1, "green")], unit="percentunit", decimals=1))
     d = d.with_panel(stat_panel("Degraded paths", "Paths whose last successful paced burst achieved less than $degraded_ratio of its pace (the threshold of RdmaProbePathDegraded and RdmaProbePortDegraded, deploy/prometheus/generate); capacity bursts are not counted.", 4, 4, [
         query("A", f"count(path:rdma_probe_bandwidth:ratio{S} < $degraded_ratio) or vector(0)")],
@@ -133,7 +133,7 @@ def over_time(d):
         query("A", f"sum by (reason) (rate(rdma_probe_errors_total{S}[$__rate_interval])) * 60", "{{reason}}")],
         bars=True, calcs=("sum", "max")))
     d = d.with_panel(timeseries_panel("Success over time", "Share of paths whose last probe succeeded.", 12, 8, [
-        query("A", f"sum(rdma_probe_success{S}) / count(rdma_probe_success{S})", "paths succeeding")],
+        query("A", f"avg(rdma_probe_success{S})", "paths succeeding")],
         unit="percentunit", calcs=("lastNotNull", "min")))
     d = d.with_panel(timeseries_panel(
         "Achieved / target, worst 20 paths",

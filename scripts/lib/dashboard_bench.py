@@ -1,8 +1,8 @@
 """The dashboards' queries at fleet size, the half of `scripts/fleet-bench --dashboards` that needs
 no Prometheus (docs/scale.md, "Fleet bench"): which variable values each dashboard is opened
 with, the step and the built-in variables a Grafana panel would query with, and the per-panel
-report (returned data, latency) with the p99 over every query run. Standard library only;
-scripts/lib/test_dashboard_bench.py tests it.
+report (returned data, latency) with the p99 as the panels run their queries and over both
+modes. Standard library only; scripts/lib/test_dashboard_bench.py tests it.
 
 Every panel query runs as Grafana runs it (an instant query for a table of "now", a range query
 for a graph) and, for the latency figures, in the other mode as well: an instant query at the
@@ -58,18 +58,22 @@ def summarize(runs):
     latencies), instant_series / range_series (series returned), error (or None).
 
     A panel returned data when every one of its queries returned a series in the mode the panel
-    runs it; its latency is its slowest query's slowest run. p99 is over every run of every
-    query, both modes."""
+    runs it. Latencies come twice: as Grafana runs the panel (its own mode: what an operator waits
+    for; the target), and over both modes (a table's query as a range query too)."""
     panels = {}
-    every = []
+    own, every = [], []
     for r in runs:
         key = (r["dashboard"], r["panel"])
         p = panels.setdefault(key, {"dashboard": r["dashboard"], "panel": r["panel"], "queries": 0,
-                                    "data": True, "no_data": [], "errors": [], "max_seconds": 0.0})
+                                    "data": True, "no_data": [], "errors": [], "max_seconds": 0.0,
+                                    "max_seconds_any_mode": 0.0})
         p["queries"] += 1
+        mine = list(r.get("instant_seconds" if r["instant"] else "range_seconds", []))
         times = list(r.get("instant_seconds", [])) + list(r.get("range_seconds", []))
+        own += mine
         every += times
-        p["max_seconds"] = max([p["max_seconds"]] + times)
+        p["max_seconds"] = max([p["max_seconds"]] + mine)
+        p["max_seconds_any_mode"] = max([p["max_seconds_any_mode"]] + times)
         if r.get("error"):
             p["errors"].append(f"{r['where']}: {r['error']}")
             p["data"] = False
@@ -78,15 +82,17 @@ def summarize(runs):
         if not series:
             p["data"] = False
             p["no_data"].append(r["where"])
-    p99 = percentile(every, 99)
+    p99 = percentile(own, 99)
     listed = list(panels.values())
     return {
         "panels": listed,
         "queries": len(runs),
         "runs": len(every),
-        "p50_seconds": percentile(every, 50),
+        "p50_seconds": percentile(own, 50),
         "p99_seconds": p99,
-        "max_seconds": max(every) if every else None,
+        "max_seconds": max(own) if own else None,
+        "p99_seconds_any_mode": percentile(every, 99),
+        "max_seconds_any_mode": max(every) if every else None,
         "panels_without_data": [f"{p['dashboard']}: {p['panel']}" for p in listed if not p["data"]],
         "target_p99_seconds": TARGET_P99_SECONDS,
         "met": p99 is not None and p99 < TARGET_P99_SECONDS and not any(p["errors"] for p in listed),
@@ -99,22 +105,24 @@ def problems(summary):
     if summary["p99_seconds"] is None:
         out.append("dashboards: no query ran")
     elif summary["p99_seconds"] >= TARGET_P99_SECONDS:
-        out.append(f"dashboards: query latency p99 {summary['p99_seconds']:.2f} s, target < {TARGET_P99_SECONDS:g} s")
+        out.append(f"dashboards: query latency p99 {summary['p99_seconds']:.2f} s as the panels run them, "
+                   f"target < {TARGET_P99_SECONDS:g} s")
     return out
 
 
 def render(summary):
+    ms = lambda s: "-" if s is None else f"{s * 1000:.0f}"
     rows = [[p["dashboard"].removesuffix(".json"), p["panel"], p["queries"], "yes" if p["data"] else "NO",
-             f"{p['max_seconds'] * 1000:.0f}"] for p in summary["panels"]]
-    header = ["dashboard", "panel", "queries", "data", "slowest ms"]
+             ms(p["max_seconds"]), ms(p["max_seconds_any_mode"])] for p in summary["panels"]]
+    header = ["dashboard", "panel", "queries", "data", "slowest ms", "both modes ms"]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     out = [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
-    fmt = lambda s: "-" if s is None else f"{s * 1000:.0f} ms"
     out.append(f"dashboard queries: {summary['queries']} panel queries, {summary['runs']} runs "
-               f"(instant and {WINDOW_SECONDS // 60} min range, {REPEATS} times each): p50 "
-               f"{fmt(summary['p50_seconds'])}, p99 {fmt(summary['p99_seconds'])} "
-               f"(target < {TARGET_P99_SECONDS * 1000:.0f} ms), slowest {fmt(summary['max_seconds'])}")
+               f"(instant and {WINDOW_SECONDS // 60} min range, {REPEATS} times each); as the panels run "
+               f"them: p50 {ms(summary['p50_seconds'])} ms, p99 {ms(summary['p99_seconds'])} ms (target < "
+               f"{TARGET_P99_SECONDS * 1000:.0f} ms), slowest {ms(summary['max_seconds'])} ms; both modes: "
+               f"p99 {ms(summary['p99_seconds_any_mode'])} ms, slowest {ms(summary['max_seconds_any_mode'])} ms")
     out.append(f"panels without data: {len(summary['panels_without_data'])}")
     for p in summary["panels"]:
         for w in p["no_data"]:

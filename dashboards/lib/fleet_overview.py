@@ -13,12 +13,13 @@ CAPACITY = sel('kind="capacity"')
 # path's two bandwidth series costs more at fleet size, and means the same); 0 when its last
 # probe failed.
 PATH_RATIO = f"path:rdma_probe_bandwidth:ratio{S} or rdma_probe_success{S} == 0"
-# The last successful paced burst against its pace (recorded), and failing paths as 0 but those
-# into a peer that no path reaches (a node that is down or whose exporter is down: its own alert
-# says so, and its zeros would fill the list).
+# The last successful paced burst against its pace (recorded), and failing paths as 0, but only
+# those into a peer whose exporter answers its scrapes (its rdma_probe_node_info is there; peers
+# are named by their node names, deploy/README.md): the paths into a node that is down, or whose
+# exporter is, would fill the list with zeros, and Suspects names that node.
 WORST = (f'path:rdma_probe_bandwidth:ratio{S}'
-         f' or (rdma_probe_success{S} == 0'
-         f' unless on(job, peer) (peer:rdma_probe_success:ratio{{job="$job"}} == 0))')
+         f' or (rdma_probe_success{S} == 0 and on(job, peer)'
+         f' label_join(group by (job, node) (rdma_probe_node_info{{job="$job"}}), "peer", "", "node"))')
 TOR_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
             "&var-job=${job}&var-rail=${rail}&var-tor=${__data.fields[0]}&var-peer_tor=${__field.name}")
 PATH_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
@@ -89,8 +90,8 @@ def source_destination(d):
     return d.with_panel(table_panel(
         "Worst paths",
         "The 25 paths with the lowest achieved / target bandwidth in their last successful paced "
-        "burst; 0: the last probe failed. Paths into a peer that no path reaches (a node or "
-        "exporter that is down: see Suspects) are left out. Click a row for its drilldown.",
+        "burst; 0: the last probe failed. Failing paths into a peer whose exporter is not scraped "
+        "(a node or exporter that is down: see Suspects) are left out. Click a row for its drilldown.",
         12, 10, [query("A", f"bottomk(25, {WORST})", instant=True, fmt="table")],
         transformations=[organize(exclude=["Time", "job", "__name__"],
                                   index={"instance": 0, "device": 1, "peer": 2, "peer_device": 3, "Value": 4},

@@ -18,8 +18,10 @@
       dashboard and panel, for `promtool check rules`.
   checks.py queries OUT_JSON [NAME=VALUE...] DASHBOARD...
       writes every panel's PromQL expression with the dashboard variables set (NAME=VALUE, e.g.
-      node=node1 __rate_interval=1m; multi-value variables default to "All", `.*`) as a JSON list
-      of {"where", "expr"}: the lab runs them against a real Prometheus.
+      node=node1 __rate_interval=1m; a query variable not set matches all its values, `.*`:
+      Grafana's "All", or every value of one that opens on its worst value) as a JSON list of
+      {"where", "expr", "dashboard", "panel", "width", "instant"}: the lab and scripts/fleet-bench
+      --dashboards run them against a real Prometheus.
 
 Rules files are read line by line (the generated file's own layout: `- alert:` items with
 `labels:` and `annotations:` below); test files by their alert_rule_test items (an item starts
@@ -346,7 +348,8 @@ def dashboard_queries(out_json, settings, paths):
     """Every PromQL expression of the dashboards with the variables set as a user would set them,
     for running against a real Prometheus (the lab's). `settings` are NAME=VALUE pairs (Grafana's
     built-ins such as __rate_interval included); a variable not set keeps its default: a
-    constant's value, `.*` for a multi-value variable (Grafana's "All"), else an error."""
+    constant's value, else `.*` for a query variable (Grafana's "All"; a variable without one,
+    which opens on its first value, matches all of them), else an error."""
     given = dict(s.split("=", 1) for s in settings)
     queries = []
     for path in paths:
@@ -358,14 +361,16 @@ def dashboard_queries(out_json, settings, paths):
                 values[name] = given[name]
             elif v.get("type") in ("constant", "custom", "textbox"):
                 values[name] = variable_value(v)
-            elif v.get("includeAll"):
+            elif v.get("includeAll") or v.get("type") == "query":
                 values[name] = ".*"
         values.update({k: v for k, v in given.items() if k.startswith("__")})
         for p in all_panels(d.get("panels", [])):
             for t in p.get("targets", []):
                 if t.get("expr"):
                     where = f"{Path(path).name}: panel {p.get('id')} {p.get('title', '?')!r} (query {t.get('refId', '?')})"
-                    queries.append({"where": where, "expr": substitute(t["expr"], values, where)})
+                    queries.append({"where": where, "expr": substitute(t["expr"], values, where),
+                                    "dashboard": Path(path).name, "panel": f"{p.get('id')} {p.get('title', '?')}",
+                                    "width": p.get("gridPos", {}).get("w", 24), "instant": bool(t.get("instant"))})
     Path(out_json).write_text(json.dumps(queries, indent=1) + "\n")
 
 

@@ -6,10 +6,11 @@ Usage: prometheus_queries.py URL QUERIES_JSON START END STEP_S OUT_JSON
 
 QUERIES_JSON is a list of {"where", "expr"} (deploy/lib/checks.py queries). OUT_JSON gets the
 same list with "series" (the number of series with at least one point in [START, END]), "error"
-(Prometheus's error, or null) and "events": for each selector of a counter the exporter creates
-at its first event (errors, deferrals, validation failures: docs/metrics.md), how many series it
-matched. A query with no data whose event selectors all matched nothing is "nothing happened",
-not a broken query.
+(Prometheus's error, or null) and "events": for each selector of a series the exporter creates
+at its first event (the counters of errors, deferrals and validation failures; a path's first
+capacity burst: docs/metrics.md) or only on hardware that has it (the PCIe link families, which a
+Soft-RoCE device on virtio-net has not), how many series it matched. A query with no data whose
+event selectors all matched nothing is "nothing happened", not a broken query.
 """
 
 import json
@@ -35,7 +36,9 @@ def query_range(url, expr, start, end, step):
 
 
 EVENT_SELECTOR = re.compile(
-    r"rdma_probe_(?:errors|deferred|responder_validation_failures)_total\{[^}]*\}")
+    r"rdma_probe_(?:errors|deferred|responder_validation_failures)_total\{[^}]*\}"
+    r"|rdma_probe_(?:target_)?bandwidth_bytes_per_second\{[^}]*kind=\"capacity\"[^}]*\}"
+    r"|rdma_probe_pcie_link_\w+\{[^}]*\}")
 
 
 def main():

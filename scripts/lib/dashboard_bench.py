@@ -1,0 +1,132 @@
+"""The dashboards' queries at fleet size, the half of `scripts/fleet-bench --dashboards` that needs
+no Prometheus (docs/scale.md, "Fleet bench"): which variable values each dashboard is opened
+with, the step and the built-in variables a Grafana panel would query with, and the per-panel
+report (returned data, latency) with the p99 as the panels run their queries and over both
+modes. Standard library only; scripts/lib/test_dashboard_bench.py tests it.
+
+Every panel query runs as Grafana runs it (an instant query for a table of "now", a range query
+for a graph) and, for the latency figures, in the other mode as well: an instant query at the
+bench's moment and a range query over the last WINDOW_SECONDS at the panel's step, REPEATS times.
+"""
+
+import math
+
+WINDOW_SECONDS = 1800  # the range queries' window: the last 30 minutes
+REPEATS = 3
+TARGET_P99_SECONDS = 1.0
+# Grafana's default maxDataPoints is the panel's width in pixels: a 24-column grid on a screen
+# about 1920 pixels wide.
+PIXELS_PER_COLUMN = 80
+
+
+def step_seconds(width, scrape_interval, window=WINDOW_SECONDS):
+    """A panel's range-query step: the window over its data points (its width in pixels), never
+    below the scrape interval (the data source's minimum interval), as Grafana computes it."""
+    points = max(int(width), 1) * PIXELS_PER_COLUMN
+    return max(float(scrape_interval), math.ceil(window / points))
+
+
+def builtins(step, scrape_interval, window=WINDOW_SECONDS):
+    """Grafana's built-in variables for a panel queried at `step`: $__rate_interval is the larger
+    of four scrape intervals and the step plus one (Grafana's definition)."""
+    rate = max(4 * scrape_interval, step + scrape_interval)
+    return {"__interval": f"{step:g}s", "__rate_interval": f"{rate:g}s", "__range": f"{window}s"}
+
+
+def settings(job, worst):
+    """The variable values each dashboard is benched with, as an operator opens it: the fleet
+    overview and the exporter health with their defaults (every node: "All"), the path drilldown
+    on what it opens with (the worst node, and the worst ToR pair). `worst` holds the fleet's
+    values: node, tor, peer_tor (missing ones stay at the default, `.*`)."""
+    base = [f"job={job}"]
+    drill = base + [f"{k}={worst[k]}" for k in ("node", "tor", "peer_tor") if worst.get(k)]
+    return {"fleet-overview.json": base, "exporter-health.json": base, "path-drilldown.json": drill}
+
+
+def percentile(values, q):
+    """The q-th percentile (0-100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(math.ceil(q / 100 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def summarize(runs):
+    """Per panel and overall, from the runs of its queries: each run a dict with dashboard,
+    panel, where, instant (how the panel runs it), and instant_seconds / range_seconds (lists of
+    latencies), instant_series / range_series (series returned), error (or None).
+
+    A panel returned data when every one of its queries returned a series in the mode the panel
+    runs it. Latencies come twice: as Grafana runs the panel (its own mode: what an operator waits
+    for; the target), and over both modes (a table's query as a range query too)."""
+    panels = {}
+    own, every = [], []
+    for r in runs:
+        key = (r["dashboard"], r["panel"])
+        p = panels.setdefault(key, {"dashboard": r["dashboard"], "panel": r["panel"], "queries": 0,
+                                    "data": True, "no_data": [], "errors": [], "max_seconds": 0.0,
+                                    "max_seconds_any_mode": 0.0})
+        p["queries"] += 1
+        mine = list(r.get("instant_seconds" if r["instant"] else "range_seconds", []))
+        times = list(r.get("instant_seconds", [])) + list(r.get("range_seconds", []))
+        own += mine
+        every += times
+        p["max_seconds"] = max([p["max_seconds"]] + mine)
+        p["max_seconds_any_mode"] = max([p["max_seconds_any_mode"]] + times)
+        if r.get("error"):
+            p["errors"].append(f"{r['where']}: {r['error']}")
+            p["data"] = False
+            continue
+        series = r.get("instant_series") if r["instant"] else r.get("range_series")
+        if not series:
+            p["data"] = False
+            p["no_data"].append(r["where"])
+    p99 = percentile(own, 99)
+    listed = list(panels.values())
+    return {
+        "panels": listed,
+        "queries": len(runs),
+        "runs": len(every),
+        "p50_seconds": percentile(own, 50),
+        "p99_seconds": p99,
+        "max_seconds": max(own) if own else None,
+        "p99_seconds_any_mode": percentile(every, 99),
+        "max_seconds_any_mode": max(every) if every else None,
+        "panels_without_data": [f"{p['dashboard']}: {p['panel']}" for p in listed if not p["data"]],
+        "target_p99_seconds": TARGET_P99_SECONDS,
+        "met": p99 is not None and p99 < TARGET_P99_SECONDS and not any(p["errors"] for p in listed),
+    }
+
+
+def problems(summary):
+    """The targets missed, as the bench's verdict lists them."""
+    out = [e for p in summary["panels"] for e in p["errors"]]
+    if summary["p99_seconds"] is None:
+        out.append("dashboards: no query ran")
+    elif summary["p99_seconds"] >= TARGET_P99_SECONDS:
+        out.append(f"dashboards: query latency p99 {summary['p99_seconds']:.2f} s as the panels run them, "
+                   f"target < {TARGET_P99_SECONDS:g} s")
+    return out
+
+
+def render(summary):
+    ms = lambda s: "-" if s is None else f"{s * 1000:.0f}"
+    rows = [[p["dashboard"].removesuffix(".json"), p["panel"], p["queries"], "yes" if p["data"] else "NO",
+             ms(p["max_seconds"]), ms(p["max_seconds_any_mode"])] for p in summary["panels"]]
+    header = ["dashboard", "panel", "queries", "data", "slowest ms", "both modes ms"]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    out = [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out.append(f"dashboard queries: {summary['queries']} panel queries, {summary['runs']} runs "
+               f"(instant and {WINDOW_SECONDS // 60} min range, {REPEATS} times each); as the panels run "
+               f"them: p50 {ms(summary['p50_seconds'])} ms, p99 {ms(summary['p99_seconds'])} ms (target < "
+               f"{TARGET_P99_SECONDS * 1000:.0f} ms), slowest {ms(summary['max_seconds'])} ms; both modes: "
+               f"p99 {ms(summary['p99_seconds_any_mode'])} ms, slowest {ms(summary['max_seconds_any_mode'])} ms")
+    out.append(f"panels without data: {len(summary['panels_without_data'])}")
+    for p in summary["panels"]:
+        for w in p["no_data"]:
+            out.append(f"  no data: {w}")
+        for e in p["errors"]:
+            out.append(f"  error: {e}")
+    return "\n".join(out)

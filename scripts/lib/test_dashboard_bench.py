@@ -1,0 +1,107 @@
+"""Tests of scripts/fleet-bench --dashboards' logic (dashboard_bench.py), without Prometheus:
+`scripts/fleet-bench --self-test`, or `python3 -m unittest discover -s scripts/lib -p
+'test_dashboard_bench.py'`."""
+
+import unittest
+
+import dashboard_bench as db
+
+
+def run(panel, instant=False, data=1, seconds=(0.01,), error=None, dashboard="fleet-overview.json"):
+    return {"dashboard": dashboard, "panel": panel, "where": f"{dashboard}: panel {panel} (query A)",
+            "instant": instant, "instant_seconds": list(seconds), "range_seconds": list(seconds),
+            "instant_series": data if instant else 0, "range_series": 0 if instant else data,
+            "error": error}
+
+
+class DashboardBenchTest(unittest.TestCase):
+    def test_the_step_is_the_scrape_interval_for_a_wide_panel_and_grows_for_a_narrow_one(self):
+        self.assertEqual(db.step_seconds(12, 10), 10)
+        # 30 min over a 3-column panel's 240 points: 7.5 s, rounded up, above a 5 s scrape interval.
+        self.assertEqual(db.step_seconds(3, 5), 8)
+        self.assertEqual(db.step_seconds(24, 1), 1)
+
+    def test_the_rate_interval_is_four_scrapes_or_the_step_plus_one(self):
+        self.assertEqual(db.builtins(10, 10)["__rate_interval"], "40s")
+        self.assertEqual(db.builtins(60, 10)["__rate_interval"], "70s")
+        self.assertEqual(db.builtins(10, 10)["__interval"], "10s")
+
+    def test_the_drilldown_opens_on_the_worst_node_and_tor_pair_the_others_on_all(self):
+        s = db.settings("j", {"node": "t0n1:9", "tor": "t3", "peer_tor": "t1"})
+        self.assertEqual(s["fleet-overview.json"], ["job=j"])
+        self.assertEqual(s["exporter-health.json"], ["job=j"])
+        self.assertEqual(s["path-drilldown.json"], ["job=j", "node=t0n1:9", "tor=t3", "peer_tor=t1"])
+        # A fleet without ToR pairs keeps the drilldown's ToR variables at their default.
+        self.assertEqual(db.settings("j", {"node": "n", "tor": None})["path-drilldown.json"], ["job=j", "node=n"])
+
+    def test_percentile_by_nearest_rank(self):
+        values = [i / 100 for i in range(1, 101)]
+        self.assertEqual(db.percentile(values, 99), 0.99)
+        self.assertEqual(db.percentile(values, 50), 0.5)
+        self.assertEqual(db.percentile([3.0], 99), 3.0)
+        # Nearest rank rounds up: the p99 of ten runs is the slowest.
+        self.assertEqual(db.percentile([float(i) for i in range(1, 11)], 99), 10.0)
+        self.assertIsNone(db.percentile([], 99))
+
+    def test_a_panel_has_data_only_when_every_query_has_in_the_mode_it_runs(self):
+        s = db.summarize([run("1 A"), run("2 B", data=0), run("2 B"),
+                          run("3 T", instant=True, data=4)])
+        by = {p["panel"]: p for p in s["panels"]}
+        self.assertTrue(by["1 A"]["data"])
+        self.assertFalse(by["2 B"]["data"])
+        self.assertEqual(by["2 B"]["queries"], 2)
+        self.assertTrue(by["3 T"]["data"])
+        self.assertEqual(s["panels_without_data"], ["fleet-overview.json: 2 B"])
+        # A table (instant) with no range data still has data.
+        t = run("4 T", instant=True, data=1)
+        t["range_series"] = 0
+        self.assertTrue(db.summarize([t])["panels"][0]["data"])
+
+    def test_p99_is_over_the_runs_in_the_panels_own_mode_and_judges_the_target(self):
+        fast = [run(f"{i} P", seconds=(0.05, 0.05)) for i in range(60)]
+        s = db.summarize(fast)
+        self.assertEqual(s["runs"], 240)
+        self.assertEqual(s["p99_seconds"], 0.05)
+        self.assertTrue(s["met"])
+        self.assertEqual(db.problems(s), [])
+        # Three slow runs in 123 of the panels' own mode put the p99 above the target.
+        slow = fast + [run("99 Slow", seconds=(1.5,)) for _ in range(3)]
+        s = db.summarize(slow)
+        self.assertGreaterEqual(s["p99_seconds"], 1.0)
+        self.assertFalse(s["met"])
+        self.assertEqual(len(db.problems(s)), 1)
+        self.assertIn("p99", db.problems(s)[0])
+        self.assertEqual(max(p["max_seconds"] for p in s["panels"]), 1.5)
+
+    def test_a_table_slow_only_as_a_range_query_counts_in_both_modes_not_in_the_target(self):
+        fast = [run(f"{i} P", seconds=(0.05,)) for i in range(60)]
+        table = run("70 T", instant=True, data=3, seconds=(0.05,))
+        table["range_seconds"] = [2.0, 2.0]
+        s = db.summarize(fast + [table])
+        self.assertEqual(s["p99_seconds"], 0.05)
+        self.assertTrue(s["met"])
+        self.assertEqual(s["p99_seconds_any_mode"], 2.0)
+        self.assertEqual(s["max_seconds_any_mode"], 2.0)
+        by = {p["panel"]: p for p in s["panels"]}
+        self.assertEqual(by["70 T"]["max_seconds"], 0.05)
+        self.assertEqual(by["70 T"]["max_seconds_any_mode"], 2.0)
+
+    def test_an_error_is_a_problem_and_no_data(self):
+        s = db.summarize([run("1 A"), run("2 E", error="parse error")])
+        self.assertFalse(s["met"])
+        self.assertEqual(db.problems(s), ["fleet-overview.json: panel 2 E (query A): parse error"])
+        self.assertIn("fleet-overview.json: 2 E", s["panels_without_data"])
+
+    def test_nothing_run_is_a_problem(self):
+        self.assertEqual(db.problems(db.summarize([])), ["dashboards: no query ran"])
+
+    def test_the_report_renders(self):
+        text = db.render(db.summarize([run("1 A", seconds=(0.2,)), run("2 B", data=0)]))
+        self.assertIn("p99 200 ms", text)
+        self.assertIn("both modes: p99 200 ms", text)
+        self.assertIn("no data: fleet-overview.json: panel 2 B (query A)", text)
+        self.assertIn("NO", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -124,19 +124,6 @@ def probe_outcome(fleet, faults, step, n, r, m):
     return False, fraction
 
 
-def started(sc, node, step):
-    """The step the node's exporter started at, as of `step`: an hour before the scenario, or
-    when it came back from its last absence, or a `startup_deferrals` event's start."""
-    start = -60
-    for s in range(step + 1):
-        if s and exporter_absent(sc.faults, s - 1, node) and not exporter_absent(sc.faults, s, node):
-            start = s
-    for e in sc.events:
-        if e[0] == "startup_deferrals" and e[1] == node and e[2] <= step:
-            start = max(start, e[2])
-    return start
-
-
 def exporter_absent(faults, step, node):
     return any(f.node == node for f in active(faults, step)
                if f.kind in ("node_down", "reboot", "exporter_down", "scrape_gap"))
@@ -236,6 +223,10 @@ def emulate(sc):
     states = {}
     phases = {p: rng.uniform(0, p[3]) for p in paths}
     next_probe = {p: phases[p] for p in paths}
+    # When each node's exporter started: an hour before the scenario, then when it came back from
+    # an absence, or at a `startup_deferrals` event.
+    started_at = {n: -60 for n in fleet.nodes()}
+    away = set()
     for step in range(steps):
         now = step * STEP
         for p in paths:
@@ -326,10 +317,17 @@ def emulate(sc):
             gone = any(e[0] == "targets_gone" and e[2] <= step < e[3] for e in sc.events)
             if not gone:
                 put("up", {"instance": n}, step, 0 if absent else 1)
+            if absent:
+                away.add(n)
+            elif n in away:
+                away.discard(n)
+                started_at[n] = step
+            if any(e[0] == "startup_deferrals" and e[1] == n and e[2] == step for e in sc.events):
+                started_at[n] = step
             if absent or gone:
                 continue
             put("rdma_probe_node_info", {"instance": n, "node": n, "tor": fleet.tor(n)}, step, 1)
-            put("process_start_time_seconds", {"instance": n}, step, started(sc, n, step) * STEP)
+            put("process_start_time_seconds", {"instance": n}, step, started_at[n] * STEP)
             put("rdma_probe_config_reload_success", {"instance": n}, step,
                 0 if any(e[0] == "reload_failed" and e[1] == n and e[2] <= step < e[3]
                          for e in sc.events) else 1)
@@ -378,16 +376,16 @@ def counters(sc, step, put):
             put("rdma_probe_discovery_errors_total", {"instance": n, "source": "dns"}, step, done)
         elif kind == "budget_drops":
             put("rdma_probe_series_budget_dropped_paths_total", {"instance": n}, step, 5 * done)
-        elif kind == "startup_deferrals":
-            # A fresh exporter: every path is due at once, so the budget holds back 5 probes in
-            # each of its first 3 steps while the device runs 10 a step.
+        elif kind in ("budget_deferrals", "startup_deferrals"):
             dev = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}"}
-            put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, 5 * min(step - start + 1, 3))
-            put("rdma_probe_runs_total", {**dev, "result": "success"}, step, 10 * (step - start + 1))
-        elif kind == "budget_deferrals":
-            dev = {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4], "peer_device": f"mlx5_{e[5]}"}
-            put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, 2 * done)
-            put("rdma_probe_runs_total", {**dev, "result": "success"}, step, step + 1)
+            if kind == "budget_deferrals":
+                deferred, runs = 2 * done, step + 1
+            else:
+                # A fresh exporter: every path is due at once, so the budget holds back 5 probes
+                # in each of its first 3 steps while the device runs 10 a step.
+                deferred, runs = 5 * min(step - start + 1, 3), 10 * (step - start + 1)
+            put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, deferred)
+            put("rdma_probe_runs_total", {**dev, "result": "success"}, step, runs)
         elif kind == "responder_validation" and step >= start:
             put("rdma_probe_responder_last_validation_failure_timestamp_seconds",
                 {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4]}, step, start * STEP)

@@ -578,8 +578,8 @@ def render_test(sc, rules):
     return "\n".join(lines) + "\n"
 
 
-LABEL_RECORDS = ("(path:rdma_probe_labels:info or path_end:rdma_probe_labels:info"
-                 " or tor_pair:rdma_probe_crossing:info or path:rdma_probe_over_probes_window:info)")
+LABEL_RECORDS = ("(path:rdma_probe_labels:info or path:rdma_probe_bad:info"
+                 " or tor_pair:rdma_probe_crossing:info)")
 
 
 def constant(alert):
@@ -617,7 +617,7 @@ def scenarios():
                       "RdmaProbePathDegraded for the two slow results one of those paths keeps "
                       "meanwhile (fewer than K probes)", MESH, 90,
                       [Fault("port_fail", 20, 60, node="t0n2", rail=1)],
-                      events=[("slow", "t0n0", 18, 21, "t0n1", 1)], timeouts_hold=True))
+                      events=[("slow", "t0n0", 18, 20, "t0n1", 1)], timeouts_hold=True))
     s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
                       [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
     s.append(Scenario("a slow port (a rate cap) fires one RdmaProbePortDegraded", MESH, 80,
@@ -662,6 +662,12 @@ def scenarios():
                               ("budget_drops", "t0n1", 10, 22, "", -1),
                               ("budget_deferrals", "t0n3", 50, 80, "t0n2", 1),
                               ("startup_deferrals", "t0n4", 90, 110, "t0n2", 0)]))
+    s.append(Scenario("slow results broken by good ones never make K in a row: two slow, one "
+                      "good, two slow (and a lone slow one elsewhere) fire nothing",
+                      MESH, 40,
+                      events=[("slow", "t0n1", 10, 12, "t0n3", 0),
+                              ("slow", "t0n1", 13, 15, "t0n3", 0),
+                              ("slow", "t0n4", 20, 21, "t0n0", 1)]))
     s.append(Scenario("path shape alerts: stalls, completion gaps, below baseline",
                       MESH, 150,
                       events=[("stall", "t0n0", 70, 100, "t0n1", 0),

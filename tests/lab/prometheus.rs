@@ -281,6 +281,20 @@ fn path_history(run: &LabRun, (from, to): (f64, f64)) -> String {
     out
 }
 
+/// The first time within [from, to) that Prometheus evaluated `alert` as firing, from every
+/// firing sample of the run (alerts-firing.json): with the notification's time, it tells the
+/// rules' part of the delay (probes, `for:`) from Alertmanager's (group_wait).
+fn first_firing(firing: &Value, alert: &str, (from, to): (f64, f64)) -> Option<f64> {
+    firing["data"]["result"]
+        .as_array()?
+        .iter()
+        .filter(|s| s["metric"]["alertname"] == alert)
+        .flat_map(|s| s["values"].as_array().into_iter().flatten())
+        .filter_map(|p| p[0].as_f64())
+        .filter(|t| (from..to).contains(t))
+        .reduce(f64::min)
+}
+
 /// Panics unless the window [from, to) received exactly the `want` notification (or none);
 /// `history` (path_history) goes into the message.
 fn assert_one_notification(
@@ -403,6 +417,16 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         phase(&run, "port_start"),
         phase(&run, "stop_start"),
     );
+    let firing = json(&run, "alerts-firing.json");
+    let show_firing =
+        |alert: &str, start: f64, window: (f64, f64)| match first_firing(&firing, alert, window) {
+            Some(t) => eprintln!(
+                "  {alert} firing in Prometheus {:.0} s after the fault ({:.1} intervals)",
+                t - start,
+                (t - start) / interval
+            ),
+            None => eprintln!("  {alert} never firing in Prometheus"),
+        };
     assert_one_notification(
         &sent,
         &format!("rate cap {CAP} on node2"),
@@ -415,6 +439,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         "  (the cap began {:.0} s into that window)",
         cap - clean_end
     );
+    show_firing("RdmaProbePortDegraded", cap, (cap, port));
     assert_one_notification(
         &sent,
         "node3's RoCE port dropping every packet",
@@ -423,6 +448,7 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         interval,
         &history,
     );
+    show_firing("RdmaProbePortFailing", port, (port, stop));
     assert_one_notification(
         &sent,
         "node3 powered off",
@@ -430,6 +456,11 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         Some(named("RdmaProbeNodeDown", "node", "node3", "")),
         interval,
         &history,
+    );
+    show_firing(
+        "RdmaProbeNodeDown",
+        stop,
+        (stop, phase(&run, "stop_end") + 1.0),
     );
 
     // 4. Every dashboard query runs without error and returns data, but for a query of event

@@ -27,6 +27,10 @@ PATH_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&v
              "&var-peer=${__data.fields.peer}")
 NODE_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
              "&var-job=${job}&var-node=${__data.fields.instance}&var-device=${__data.fields.device}")
+# A suspect's node and device (empty for a ToR uplink; a node alert has no device).
+SUSPECT_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
+                "&var-job=${job}&var-node=${__data.fields.node}&var-device=${__data.fields.device}"
+                "&var-rail=${__data.fields.rail}")
 
 
 def variables(d):
@@ -68,7 +72,8 @@ def suspects(d):
         "Suspects",
         "What the component alerts blame now: a path, a port, a node or a ToR uplink, and where "
         "(node, device, peer node, ToR, rail). One line per firing alert; docs/runbook.md has a "
-        "section for each, and the alert's dashboard_url opens the dashboard for it.",
+        "section for each, and the alert's dashboard_url opens the dashboard for it. Click a row "
+        "for the drilldown of its node and device.",
         24, 8,
         [query("A", 'ALERTS{alertname=~"RdmaProbe.*", alertstate="firing", component!=""}', instant=True,
                fmt="table")],
@@ -76,7 +81,8 @@ def suspects(d):
             exclude=["Time", "Value", "__name__", "alertstate", "job", "peer_device"],
             index={"component": 0, "node": 1, "device": 2, "peer_node": 3, "tor": 4, "rail": 5,
                    "alertname": 6, "severity": 7},
-            rename={"alertname": "alert", "peer_node": "peer node", "tor": "ToR"})]))
+            rename={"alertname": "alert", "peer_node": "peer node", "tor": "ToR"})],
+        links=[link("Drilldown of this node and device", SUSPECT_LINK)]))
 
 
 def source_destination(d):

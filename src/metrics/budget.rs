@@ -18,18 +18,26 @@
 //!   one probed longest ago. A path never makes room by evicting one that ranks above it; a
 //!   probe that cannot fit is not exported (the probe itself ran and counts in the schedule).
 //!
-//! Every path taken off or kept off `/metrics` for lack of room counts in [`dropped`]
-//! (`rdma_probe_series_budget_dropped_paths_total`).
+//! A path kept off `/metrics` for lack of room, or taken off while in the selection less than
+//! half its TTL after its last probe, counts in [`dropped`]
+//! (`rdma_probe_series_budget_dropped_paths_total`): a result that was not watched for long.
+//! Any other path taken off to make room (out of the selection: its round is over; or on
+//! `/metrics` for half its TTL already) left a little before its TTL, which is what the
+//! budget is for: it counts in [`expired_early`]
+//! (`rdma_probe_series_budget_expired_early_paths_total`).
 //!
 //! [`dropped`]: SeriesBudget::dropped
+//! [`expired_early`]: SeriesBudget::expired_early
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// Per-path series of one node at most, unless configured: with ~12 base series a path, about
-/// 370 paths (a 32-node ToR on 8 rails and the sampled paths of the last round), and room left
-/// under 5,000 for the node's own series.
-pub const DEFAULT_SERIES_BUDGET: usize = 4500;
+/// Per-path series of one node at most, unless configured: the selection of a 32-node ToR on
+/// 8 rails fits once the port traffic and derived series are shed (248 same-ToR paths at 15
+/// series with their capacity gauges, 80 sampled paths at 11: 4,600), with room for some of
+/// the last round's sampled paths, and the node's own series and `peer_info` stay under 5,000
+/// in all (docs/scale.md, "Series").
+pub const DEFAULT_SERIES_BUDGET: usize = 4750;
 /// How long a path out of the selection stays on `/metrics` after its last probe, unless
 /// configured: one round of the selection, so a sampled path is on `/metrics` for about as
 /// long as the round it was probed in lasts, and a failed one long enough for an alert.
@@ -88,6 +96,7 @@ pub struct SeriesBudget<K> {
     /// What has been shed: 0 nothing, 1 the detail, 2 the detail and the derived series.
     shed: u8,
     dropped: u64,
+    expired_early: u64,
 }
 
 impl<K: Clone + Ord> SeriesBudget<K> {
@@ -104,6 +113,7 @@ impl<K: Clone + Ord> SeriesBudget<K> {
             derived: 0,
             shed: 0,
             dropped: 0,
+            expired_early: 0,
         }
     }
 
@@ -146,9 +156,16 @@ impl<K: Clone + Ord> SeriesBudget<K> {
         self.shed >= 2
     }
 
-    /// Paths taken off or kept off `/metrics` for lack of room, since the start.
+    /// Paths kept off `/metrics` for lack of room, or taken off early in their watch (see the
+    /// module docs), since the start.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Paths taken off `/metrics` to make room a little before their TTL (see the module
+    /// docs), since the start.
+    pub fn expired_early(&self) -> u64 {
+        self.expired_early
     }
 
     /// Distinct values of `peer(key)` over the paths on `/metrics` (one `peer_info` each).
@@ -157,13 +174,14 @@ impl<K: Clone + Ord> SeriesBudget<K> {
     }
 
     /// A probe of `key` at `now` leaves it with `series`; `preferred`: a same-group or
-    /// full-mesh path.
+    /// full-mesh path; `selected`: whether a path is in the selection now.
     pub fn record(
         &mut self,
         key: K,
         now: Duration,
         preferred: bool,
         series: PathSeries,
+        selected: impl Fn(&K) -> bool,
     ) -> Admission<K> {
         let mut admission = Admission {
             admitted: true,
@@ -206,7 +224,7 @@ impl<K: Clone + Ord> SeriesBudget<K> {
                     break;
                 }
                 freed += self.paths.get(k).map_or(0, |e| self.size(&e.series));
-                victims.push(k.clone());
+                victims.push((*last, k.clone()));
             }
             if needed > room + freed {
                 // Kept off (and taken off, if it was on).
@@ -214,9 +232,13 @@ impl<K: Clone + Ord> SeriesBudget<K> {
                 admission.admitted = false;
                 return admission;
             }
-            for k in victims {
+            for (last, k) in victims {
                 self.take(&k);
-                self.dropped += 1;
+                if selected(&k) && now.saturating_sub(last) < self.ttl / 2 {
+                    self.dropped += 1;
+                } else {
+                    self.expired_early += 1;
+                }
                 admission.evicted.push(k);
             }
         }

@@ -75,21 +75,14 @@ impl Accounts {
             t,
             ctx.preferred(n, peer),
             series,
+            |id| selected(n, *id, rails, ctx),
         );
         self.expire(n, t, rails, ctx);
     }
 
     /// Takes off `/metrics` the paths out of node `n`'s selection not probed for the TTL.
     fn expire(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &SimContext) {
-        let nodes = ctx.config.nodes;
-        self.budget.expire(t, |id| {
-            let (peer, rail) = path_of(*id, nodes);
-            ctx.preferred(n, peer)
-                || rails[rail].rotation(n).contains(&SimKey {
-                    rail: rail as u16,
-                    peer: peer as u32,
-                })
-        });
+        self.budget.expire(t, |id| selected(n, *id, rails, ctx));
     }
 
     /// Samples node `n`'s figures at `t` (each round, and the end): series, paths, duty cycle
@@ -127,7 +120,24 @@ impl Accounts {
             .iter()
             .map(|r| times(ctx.config.burst, r.bursts(n)))
             .collect();
-        self.stats
-            .figures(n, end, ctx.config, &burst_time, self.budget.dropped())
+        let budget = &self.budget;
+        self.stats.figures(
+            n,
+            end,
+            ctx.config,
+            &burst_time,
+            budget.dropped(),
+            budget.expired_early(),
+        )
     }
+}
+
+/// Whether path `id` is in node `n`'s selection now.
+fn selected(n: usize, id: u64, rails: &[RailSim], ctx: &SimContext) -> bool {
+    let (peer, rail) = path_of(id, ctx.config.nodes);
+    ctx.preferred(n, peer)
+        || rails[rail].rotation(n).contains(&SimKey {
+            rail: rail as u16,
+            peer: peer as u32,
+        })
 }

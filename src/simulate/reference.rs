@@ -201,10 +201,14 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
             .map(|of_rail| times(config.burst, of_rail[n].bursts))
             .collect();
         let node = &c.nodes[n];
-        figures.push(
-            node.stats
-                .figures(n, t, config, &burst_time, node.budget.dropped()),
-        );
+        figures.push(node.stats.figures(
+            n,
+            t,
+            config,
+            &burst_time,
+            node.budget.dropped(),
+            node.budget.expired_early(),
+        ));
     }
     Report::new(
         config,
@@ -356,7 +360,11 @@ impl Cluster<'_> {
             };
             let id = path_id(p.peer, p.rail, config.nodes);
             let preferred = self.ctx.preferred(p.node, p.peer);
-            node.budget.record(id, t, preferred, series);
+            let (ctx, devices) = (&self.ctx, &self.devices);
+            let node = &mut self.nodes[p.node];
+            node.budget.record(id, t, preferred, series, |id| {
+                selected(ctx, devices, p.node, *id)
+            });
             self.expire(p.node, t);
         }
     }
@@ -364,14 +372,7 @@ impl Cluster<'_> {
     /// Takes off node `n`'s `/metrics` the paths out of its selection not probed for the TTL.
     fn expire(&mut self, n: usize, t: Duration) {
         let (ctx, devices) = (&self.ctx, &self.devices);
-        self.nodes[n].budget.expire(t, |id| {
-            let (peer, rail) = path_of(*id, ctx.config.nodes);
-            let key = SimKey {
-                rail: rail as u16,
-                peer: peer as u32,
-            };
-            ctx.preferred(n, peer) || devices[rail][n].rotation.contains(&key)
-        });
+        (self.nodes[n].budget).expire(t, |id| selected(ctx, devices, n, *id));
     }
 
     /// Node `n`'s series, paths and duty cycle at `t`.
@@ -388,4 +389,14 @@ impl Cluster<'_> {
         let duty = (self.devices.iter()).fold(0.0_f64, |d, of_rail| d.max(of_rail[n].duty));
         node.stats.sample(series, paths, duty);
     }
+}
+
+/// Whether path `id` is in node `n`'s selection now.
+fn selected(ctx: &SimContext, devices: &[Vec<Device>], n: usize, id: u64) -> bool {
+    let (peer, rail) = path_of(id, ctx.config.nodes);
+    let key = SimKey {
+        rail: rail as u16,
+        peer: peer as u32,
+    };
+    ctx.preferred(n, peer) || devices[rail][n].rotation.contains(&key)
 }

@@ -24,8 +24,12 @@ pub struct NodeFigures {
     pub same_group_gap: Option<Duration>,
     /// Longest interval planned for a same-group path.
     pub planned_interval: Duration,
-    /// Paths the series budget took off or kept off `/metrics`.
+    /// Paths the series budget kept off `/metrics`, or took off while in the selection and
+    /// less than half the TTL after their probe.
     pub dropped: u64,
+    /// Paths the series budget took off a little before their TTL (out of the selection, or
+    /// on `/metrics` for half the TTL already).
+    pub expired_early: u64,
 }
 
 /// Gaps measured across the cluster.
@@ -79,6 +83,7 @@ pub struct Report {
     pub same_group_gap: Option<Summary<Duration>>,
     pub planned_interval: Duration,
     pub dropped: u64,
+    pub expired_early: u64,
     pub gaps: GapFigures,
     /// Most probers aimed at one responder device at once (the one served included).
     pub peak_aimed: u32,
@@ -134,6 +139,7 @@ impl Report {
                 .max()
                 .unwrap_or_default(),
             dropped: nodes.iter().map(|n| n.dropped).sum(),
+            expired_early: nodes.iter().map(|n| n.expired_early).sum(),
             gaps,
             peak_aimed,
             attempts,
@@ -276,6 +282,11 @@ impl Report {
             out,
             "  paths dropped by the series budget: {}",
             self.dropped
+        );
+        let _ = writeln!(
+            out,
+            "  paths it took off a little before their TTL: {}",
+            self.expired_early
         );
         let _ = writeln!(out, "simulated in {:.1} s", self.elapsed.as_secs_f64());
         out

@@ -79,6 +79,7 @@ impl NodeStats {
         config: &SimulationConfig,
         burst_time: &[Duration],
         dropped: u64,
+        expired_early: u64,
     ) -> NodeFigures {
         let npg = self.nodes_per_group;
         let group_start = n / npg * npg;
@@ -101,6 +102,7 @@ impl NodeStats {
             same_group_gap: (members > 1).then(|| Duration::from_millis(u64::from(gap))),
             planned_interval: self.planned_interval,
             dropped,
+            expired_early,
         }
     }
 }

@@ -70,7 +70,7 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         }
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
         ("", "series") => s("a mapping {budget: N, ttl: DURATION}"),
-        ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4500"),
+        ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4750"),
         ("series", "ttl") => s("a duration from 1m to 7d, e.g. 10m"),
         ("", "limits") => s(
             "a mapping {max_sessions: N, max_pinned: SIZE, max_session_memory: SIZE}",

@@ -120,6 +120,7 @@ pub struct ProbeFamilies {
     pub(super) path_series: Gauge,
     pub(super) path_series_budget: Gauge,
     pub(super) budget_dropped: Counter,
+    pub(super) budget_expired_early: Counter,
     pub(super) shed_level: Gauge,
     pub(super) ports: PortFamilies,
 }
@@ -162,6 +163,7 @@ impl ProbeFamilies {
             path_series: Gauge::default(),
             path_series_budget: Gauge::default(),
             budget_dropped: Counter::default(),
+            budget_expired_early: Counter::default(),
             shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
         };
@@ -360,8 +362,15 @@ impl ProbeFamilies {
         );
         add!(
             "series_budget_dropped_paths",
-            "Paths taken off /metrics, or kept off it, because the series budget was full",
+            "Paths kept off /metrics because the series budget was full, or taken off it while \
+             in the selection and less than half the series TTL after their last probe",
             f.budget_dropped.clone()
+        );
+        add!(
+            "series_budget_expired_early_paths",
+            "Paths taken off /metrics a little before their TTL to make room under the series \
+             budget (out of the selection, or on /metrics for half the TTL already): not a loss",
+            f.budget_expired_early.clone()
         );
         add!(
             "series_budget_shed_level",

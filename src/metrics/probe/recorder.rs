@@ -315,7 +315,13 @@ impl ProbeRecorder {
             .copied()
             .unwrap_or(false);
         let dropped_before = self.budget.dropped();
-        let admission = self.budget.record(path.clone(), now, preferred, series);
+        let early_before = self.budget.expired_early();
+        let selection = &self.selection;
+        let admission = self
+            .budget
+            .record(path.clone(), now, preferred, series, |p| {
+                selection.contains_key(&(p.device.clone(), p.peer.clone()))
+            });
         if admission.shed_derived {
             self.shed_derived();
             tracing::warn!(
@@ -338,6 +344,7 @@ impl ProbeRecorder {
         if !admission.admitted {
             self.remove_path(path);
         }
+        (self.families.budget_expired_early).inc_by(self.budget.expired_early() - early_before);
         let dropped = self.budget.dropped() - dropped_before;
         if dropped > 0 {
             self.families.budget_dropped.inc_by(dropped);
@@ -346,8 +353,9 @@ impl ProbeRecorder {
                 tracing::warn!(
                     budget = self.budget.limit(),
                     path = ?path,
-                    "series budget full: paths leave /metrics, sampled ones probed longest ago \
-                     first (rdma_probe_series_budget_dropped_paths_total; logged once)"
+                    "series budget full: paths of the selection leave /metrics, sampled ones \
+                     probed longest ago first (rdma_probe_series_budget_dropped_paths_total; \
+                     logged once)"
                 );
             }
         }

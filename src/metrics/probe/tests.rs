@@ -436,7 +436,7 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     );
     recorder.apply_at(
         ProbeEvent::Intervals(
-            ["a", "b", "c", "d", "e"]
+            ["a", "b", "c", "d", "e", "f"]
                 .iter()
                 .map(|p| {
                     (
@@ -512,25 +512,37 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
     assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
 
-    // The next round selects only a and b: d and e stay until the TTL after their last
-    // probe.
-    recorder.apply_at(selected(&[("a", true), ("b", true)]), at(600));
+    // The next round selects a, b and f: d and e stay until the TTL after their last probe.
+    recorder.apply_at(selected(&[("a", true), ("b", true), ("f", false)]), at(600));
     recorder.expire(at(600));
     let t = text(&metrics);
     assert!(t.contains(r#"peer="d""#), "{t}");
+    assert_eq!(
+        sample(&t, "rdma_probe_series_budget_expired_early_paths_total"),
+        Some(0.0)
+    );
+    // f's result needs room: d, out of the selection and probed longest ago, leaves before its
+    // TTL: an early expiry, not a drop.
+    recorder.apply_at(ProbeEvent::completed(path("f"), healthy()), at(605));
+    let t = text(&metrics);
+    assert!(!t.contains(r#"peer="d""#), "made room, peer_info too: {t}");
+    assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="f""#));
+    assert_eq!(
+        sample(&t, "rdma_probe_series_budget_expired_early_paths_total"),
+        Some(1.0)
+    );
     recorder.expire(at(611));
     let t = text(&metrics);
-    assert!(!t.contains(r#"peer="d""#), "expired, peer_info too: {t}");
-    assert!(!t.contains(r#"peer="e""#), "{t}");
+    assert!(!t.contains(r#"peer="e""#), "expired, peer_info too: {t}");
     assert!(
         t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
         "{t}"
     );
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(20.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(30.0));
     assert_eq!(
         sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
         Some(1.0),
-        "expiry is not a drop"
+        "neither expiry is a drop"
     );
     // A reload resets what was shed.
     recorder.apply_at(

@@ -57,12 +57,12 @@ def schedule(d):
         "Paths per device", "Paths each local device probes.",
         12, 8, [query("A", f"rdma_probe_schedule_paths{ND}", "{{instance}} {{device}}")]))
     d = d.with_panel(timeseries_panel(
-        "Deferrals per minute by reason", "busy: the responder served another prober; budget: the device's duty-cycle gate held a probe back.",
-        12, 8, [query("A", f"sum by (instance, reason) (rate(rdma_probe_deferred_total{NDP}[$__rate_interval])) * 60", "{{instance}} {{reason}}")],
+        "Deferrals per minute by reason", "busy: the responder served another prober; budget: the device's duty-cycle gate held a probe back (recorded over 4 intervals: instance_device_reason:rdma_probe_deferred:rate).",
+        12, 8, [query("A", f"sum by (instance, reason) (instance_device_reason:rdma_probe_deferred:rate{ND}) * 60", "{{instance}} {{reason}}")],
         bars=True, calcs=("sum", "max")))
     return d.with_panel(timeseries_panel(
-        "Probes per minute by result", "Bursts run, by result.",
-        12, 8, [query("A", f"sum by (instance, result) (rate(rdma_probe_runs_total{NDP}[$__rate_interval])) * 60", "{{instance}} {{result}}")],
+        "Probes per minute by result", "Bursts run, by result (recorded over 4 intervals: instance_device_result:rdma_probe_runs:rate).",
+        12, 8, [query("A", f"sum by (instance, result) (instance_device_result:rdma_probe_runs:rate{ND}) * 60", "{{instance}} {{result}}")],
         bars=True, calcs=("sum", "max")))
 
 

@@ -8,18 +8,9 @@ from grafana import (RATIO_STEPS, dashboard, link, matrix, organize, prop, query
 
 UID = "rdma-probe-fleet"
 S = sel()
-CAPACITY = sel('kind="capacity"')
-# A path's last successful paced burst against its pace (recorded: the raw division of every
-# path's two bandwidth series costs more at fleet size, and means the same); 0 when its last
-# probe failed.
-PATH_RATIO = f"path:rdma_probe_bandwidth:ratio{S} or rdma_probe_success{S} == 0"
-# The last successful paced burst against its pace (recorded), and failing paths as 0, but only
-# those into a peer whose exporter answers its scrapes (its rdma_probe_node_info is there; peers
-# are named by their node names, deploy/README.md): the paths into a node that is down, or whose
-# exporter is, would fill the list with zeros, and Suspects names that node.
-WORST = (f'path:rdma_probe_bandwidth:ratio{S}'
-         f' or (rdma_probe_success{S} == 0 and on(job, peer)'
-         f' label_join(group by (job, node) (rdma_probe_node_info{{job="$job"}}), "peer", "", "node"))')
+# The whole-fleet panels read what deploy/prometheus/rules.yaml records for them (its
+# rdma-probe-scale group), a few series each: at 250 nodes a selection of every path takes seconds.
+JOB = '{job="$job"}'
 TOR_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
             "&var-job=${job}&var-rail=${rail}&var-tor=${__data.fields[0]}&var-peer_tor=${__field.name}")
 PATH_LINK = ("/d/rdma-probe-path/rdma-probe-path-drilldown?${__url_time_range}&var-datasource=${datasource}"
@@ -47,13 +38,13 @@ def variables(d):
 
 def glance(d):
     d = d.with_panel(stat_panel("Pairs probed", "Node pairs (probing node, peer) and paths (node, device, peer, peer device) with a probe result.", 5, 4, [
-        query("A", f"count(count by (instance, peer) (rdma_probe_success{S}))", "node pairs", instant=True),
-        query("B", f"count(rdma_probe_success{S})", "paths", instant=True)], [(None, "blue")], names=True))
+        query("A", f"sum(job:rdma_probe_node_pairs:count{JOB})", "node pairs", instant=True),
+        query("B", f"sum(job:rdma_probe_paths:count{JOB})", "paths", instant=True)], [(None, "blue")], names=True))
     d = d.with_panel(stat_panel("Success", "Share of paths whose last probe succeeded.", 4, 4, [
-        query("A", f"avg(rdma_probe_success{S})")],
+        query("A", f"avg(job:rdma_probe_success:ratio{JOB})")],
         [(None, "red"), (0.95, "orange"), (1, "green")], unit="percentunit", decimals=1))
     d = d.with_panel(stat_panel("Degraded paths", "Paths whose last successful paced burst achieved less than $degraded_ratio of its pace (the threshold of RdmaProbePathDegraded and RdmaProbePortDegraded, deploy/prometheus/generate); capacity bursts are not counted.", 4, 4, [
-        query("A", f"count(path:rdma_probe_bandwidth:ratio{S} < $degraded_ratio) or vector(0)")],
+        query("A", f"count(path:rdma_probe_bandwidth_ratio:slow{S}) or vector(0)")],
         [(None, "green"), (1, "orange")]))
     d = d.with_panel(stat_panel("Errors per minute", "Failed probes per minute, all reasons.", 4, 4, [
         query("A", f"sum(rate(rdma_probe_errors_total{S}[$__rate_interval])) * 60 or vector(0)")],
@@ -85,20 +76,17 @@ def suspects(d):
         links=[link("Drilldown of this node and device", SUSPECT_LINK)]))
 
 
-def source_destination(d):
-    d = d.with_row(db.Row("Source × destination"))
-    d = d.with_panel(table_panel(
-        "Achieved / target, source node × peer",
-        "Rows: probing node (the Prometheus target's `instance` label); columns: probed peer (its name in the config). Each cell is the worst path between the two (over devices) in its last paced burst: achieved / target bandwidth, 0 when the last probe failed.",
-        12, 10, [query("A", f"min by (instance, peer) ({PATH_RATIO})", instant=True, fmt="table")],
-        transformations=[matrix("instance", "peer")], cells="color-background",
-        unit="percentunit", decimals=0, steps=RATIO_STEPS))
+def worst_paths(d):
+    """The worst paths of the fleet; a node x node view is the drilldown's, per ToR pair (at
+    fleet size a node x node table of every node is neither readable nor cheap)."""
+    d = d.with_row(db.Row("Worst paths"))
     return d.with_panel(table_panel(
         "Worst paths",
         "The 25 paths with the lowest achieved / target bandwidth in their last successful paced "
         "burst; 0: the last probe failed. Failing paths into a peer whose exporter is not scraped "
-        "(a node or exporter that is down: see Suspects) are left out. Click a row for its drilldown.",
-        12, 10, [query("A", f"bottomk(25, {WORST})", instant=True, fmt="table")],
+        "(a node or exporter that is down: see Suspects) are left out "
+        "(path:rdma_probe_bandwidth_ratio:worst). Click a row for its drilldown.",
+        24, 10, [query("A", f"path:rdma_probe_bandwidth_ratio:worst{S}", instant=True, fmt="table")],
         transformations=[organize(exclude=["Time", "job", "__name__"],
                                   index={"instance": 0, "device": 1, "peer": 2, "peer_device": 3, "Value": 4},
                                   rename={"Value": "achieved / target"})],
@@ -140,14 +128,15 @@ def over_time(d):
         query("A", f"sum by (reason) (rate(rdma_probe_errors_total{S}[$__rate_interval])) * 60", "{{reason}}")],
         bars=True, calcs=("sum", "max")))
     d = d.with_panel(timeseries_panel("Success over time", "Share of paths whose last probe succeeded.", 12, 8, [
-        query("A", f"avg(rdma_probe_success{S})", "paths succeeding")],
+        query("A", f"avg(job:rdma_probe_success:ratio{JOB})", "paths succeeding")],
         unit="percentunit", calcs=("lastNotNull", "min")))
     d = d.with_panel(timeseries_panel(
-        "Achieved / target, worst 20 paths",
-        "The 20 paths whose last successful paced burst was furthest below its pace at each step "
-        "(path:rdma_probe_bandwidth:ratio). Capacity bursts (unpaced, every unpaced_every-th probe) "
-        "aim at the link rate and are shown below.",
-        12, 8, [query("A", f"bottomk(20, path:rdma_probe_bandwidth:ratio{S})",
+        "Achieved / target, worst 25 paths",
+        "The 25 paths whose last successful paced burst was furthest below its pace at each "
+        "evaluation, failing ones as 0 (path:rdma_probe_bandwidth_ratio:worst, as Worst paths). "
+        "Capacity bursts (unpaced, every unpaced_every-th probe) aim at the link rate and are shown "
+        "below.",
+        12, 8, [query("A", f"path:rdma_probe_bandwidth_ratio:worst{S}",
                       "{{instance}} {{device}} → {{peer}} {{peer_device}}")],
         unit="percentunit", threshold=[(None, "red"), (0.7, "transparent")]))
     return d.with_panel(table_panel(
@@ -188,10 +177,9 @@ def ports_capacity(d):
         "Capacity bursts, slowest paths",
         "The 25 paths whose last capacity burst (kind=\"capacity\": unpaced, every unpaced_every-th "
         "probe) reached the smallest share of the lower link rate of both ends (docs/metrics.md, "
-        "\"Paced and capacity bursts\"). Click a row for its drilldown.",
-        12, 8, [query("A", f'bottomk(25, max without (kind) (rdma_probe_bandwidth_bytes_per_second{CAPACITY}'
-                           f' / (rdma_probe_target_bandwidth_bytes_per_second{CAPACITY} > 0)))',
-                      instant=True, fmt="table")],
+        "\"Paced and capacity bursts\"; path:rdma_probe_capacity_ratio:worst). Click a row for its "
+        "drilldown.",
+        12, 8, [query("A", f"path:rdma_probe_capacity_ratio:worst{S}", instant=True, fmt="table")],
         transformations=[organize(exclude=["Time", "job"],
                                   index={"instance": 0, "device": 1, "peer": 2, "peer_device": 3, "Value": 4},
                                   rename={"Value": "achieved / link rate"})],
@@ -210,6 +198,6 @@ def build():
     d = dashboard(UID, "RDMA probes: fleet overview",
                   "rdma-probe-exporter: every probed path of the fleet at a glance. Nodes are Prometheus "
                   "targets (`instance`); peers are names from the exporter config.", "now-6h")
-    for part in (variables, glance, suspects, source_destination, tor_pairs, over_time, ports_capacity):
+    for part in (variables, glance, suspects, worst_paths, tor_pairs, over_time, ports_capacity):
         d = part(d)
     return d

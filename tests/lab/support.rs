@@ -170,6 +170,7 @@ const PANIC_RERUNS: usize = 1;
 /// Runs a scenario with `once` (which leaves its run in `dir`), again after a guest kernel panic
 /// as [`run`] says, and records the reruns (see [`LabRun::kernel_panics`]).
 fn run_guarded(name: &str, dir: &Path, mut once: impl FnMut() -> LabRun) -> LabRun {
+    let started = std::time::Instant::now();
     let mut panics = Vec::new();
     let mut run = once();
     while let Some(node) = guest_kernel_panic(dir) {
@@ -178,7 +179,7 @@ fn run_guarded(name: &str, dir: &Path, mut once: impl FnMut() -> LabRun) -> LabR
         let _ = std::fs::remove_dir_all(&kept);
         let _ = std::fs::rename(dir, &kept);
         if panics.len() > PANIC_RERUNS {
-            record_reruns(name, dir, &panics, "failed");
+            record_reruns(name, dir, &panics, "failed", started.elapsed());
             panic!(
                 "the guest kernel panicked in every run of '{name}' ({} runs, on {}; the runs are \
                  kept in {}.kernel-panic-N): the code under test may cause it, so this fails\n{}",
@@ -200,7 +201,7 @@ fn run_guarded(name: &str, dir: &Path, mut once: impl FnMut() -> LabRun) -> LabR
     }
     run.kernel_panics = panics;
     let verdict = if run.status == 0 { "passed" } else { "failed" };
-    record_reruns(name, dir, &run.kernel_panics, verdict);
+    record_reruns(name, dir, &run.kernel_panics, verdict, started.elapsed());
     assert_ne!(
         run.status, 3,
         "the lab could not boot or timed out (this is a failure, not a skip):\n{}",
@@ -209,12 +210,20 @@ fn run_guarded(name: &str, dir: &Path, mut once: impl FnMut() -> LabRun) -> LabR
     run
 }
 
-/// Prints the summary line of a lab run and writes it to `lab-summary` in `dir` (created if a
+/// Prints the summary line of a lab run (with its wall time, reruns included) and writes it to `lab-summary` in `dir` (created if a
 /// panic left none), and, when the scenario was rerun, to `target/lab-runs/reruns.txt` next to
 /// it (scripts/test prints that file after the lab tests).
-fn record_reruns(name: &str, dir: &Path, panics: &[String], verdict: &str) {
+fn record_reruns(
+    name: &str,
+    dir: &Path,
+    panics: &[String],
+    verdict: &str,
+    took: std::time::Duration,
+) {
     let line = format!(
-        "LAB SUMMARY '{name}': scenario {verdict}; guest kernel panics: {} ({}); reruns: {}",
+        "LAB SUMMARY '{name}': scenario {verdict} in {} s; guest kernel panics: {} ({}); \
+         reruns: {}",
+        took.as_secs(),
         panics.len(),
         if panics.is_empty() {
             "none".to_owned()

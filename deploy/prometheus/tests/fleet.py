@@ -190,6 +190,9 @@ class Scenario:
     # one probe at a time: with this set, a device with such a path probes nothing else while
     # the fault lasts (the worst case: timeouts as long as the interval).
     timeouts_hold: bool = False
+    # Checks of recorded series beside the alerts: (PromQL, minute, expected samples as
+    # (labels, value) pairs).
+    records: list = field(default_factory=list)
 
 
 def removed(sc, step, node):
@@ -564,6 +567,13 @@ def render_test(sc, rules):
             lines.append("      - expr: '" + span_query(alerts, max(t - prev, 1)) + "'")
             lines.append(f"        eval_time: {t}m")
             lines.append("        exp_samples: []")
+    for expr, t, samples in sc.records:
+        lines.append(f"      - expr: '{expr}'")
+        lines.append(f"        eval_time: {t}m")
+        lines.append("        exp_samples:" + ("" if samples else " []"))
+        for labels, value in samples:
+            lines.append(f"          - labels: '{labels}'")
+            lines.append(f"            value: {value}")
     # The records that only carry labels are 1 (other records multiply by them), and exist.
     t = sc.check_every
     lines.append(f"      # label-only records are 1 at {t}m")
@@ -609,7 +619,12 @@ def scenarios():
     s = []
     s.append(Scenario("a clean sampled fleet (same ToR every 7 intervals, others every 10) fires nothing",
                       SAMPLED, 150, check_every=5))
-    s.append(Scenario("a clean full mesh fires nothing", MESH, 90))
+    # The dashboards' whole-fleet records: 5 nodes x 4 peers x 2 rails.
+    s.append(Scenario("a clean full mesh fires nothing", MESH, 90, records=[
+        ("job:rdma_probe_paths:count", 60, [(f'job:rdma_probe_paths:count{{job="{JOB}"}}', 40)]),
+        ("job:rdma_probe_node_pairs:count", 60,
+         [(f'job:rdma_probe_node_pairs:count{{job="{JOB}"}}', 20)]),
+        ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)])]))
     s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
                       [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
     s.append(Scenario("a dead port whose probes' timeouts hold its probers' devices fires only "
@@ -624,7 +639,10 @@ def scenarios():
                       [Fault("port_slow", 20, 50, node="t0n3", rail=1, fraction=0.4)]))
     s.append(Scenario("a dead node seen by 12 probers over minutes fires one RdmaProbeNodeDown",
                       Fleet(tors=2, per_tor=8, rails=1, cross_peers=5), 120,
-                      [Fault("node_down", 30, 90, node="t0n4")]))
+                      [Fault("node_down", 30, 90, node="t0n4")],
+                      # The worst paths are not filled with the dead node's zeros.
+                      records=[('count(path:rdma_probe_bandwidth_ratio:worst{peer="t0n4"})', 60, []),
+                               ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)])]))
     s.append(Scenario("a reboot of a node fires nothing that pages", SAMPLED, 100,
                       [Fault("reboot", 30, 36, node="t2n0")]))
     s.append(Scenario("a dead rail leaf uplink fires one RdmaProbeTorUplinkDegraded",
@@ -635,7 +653,10 @@ def scenarios():
                       [Fault("tor_uplink", 20, 90, tor="t2", rail=1, fraction=0.3)]))
     s.append(Scenario("one failing and one slow path elsewhere fire one path alert each", MESH, 80,
                       [Fault("path", 15, 50, node="t0n0", rail=0, peer="t0n2"),
-                       Fault("path", 20, 60, node="t0n3", rail=1, peer="t0n1", fraction=0.5)]))
+                       Fault("path", 20, 60, node="t0n3", rail=1, peer="t0n1", fraction=0.5)],
+                      # A failing path into a live peer is among the worst, as 0.
+                      records=[('count(path:rdma_probe_bandwidth_ratio:worst{instance="t0n0",'
+                                'peer="t0n2"} == 0)', 30, [("{}", 1)])]))
     s.append(Scenario("a node with 3 of its 4 rails dead is isolated (one page)",
                       Fleet(tors=1, per_tor=5, rails=4, mode="mesh"), 70,
                       [Fault("isolated", 20, 50, node="t0n2", rails=(0, 1, 3))]))

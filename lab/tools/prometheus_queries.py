@@ -9,7 +9,8 @@ same list with "series" (the number of series with at least one point in [START,
 (Prometheus's error, or null) and "events": for each selector of a series the exporter creates
 at its first event (the counters of errors, deferrals and validation failures; a path's first
 capacity burst: docs/metrics.md) or only on hardware that has it (the PCIe link families, which a
-Soft-RoCE device on virtio-net has not), how many series it matched. A query with no data whose
+Soft-RoCE device on virtio-net has not), how many series it matched (for a recorded series made
+from such series, RECORDED_EVENTS, the source's). A query with no data whose
 event selectors all matched nothing is "nothing happened", not a broken query.
 """
 
@@ -39,6 +40,12 @@ EVENT_SELECTOR = re.compile(
     r"rdma_probe_(?:errors|deferred|responder_validation_failures)_total\{[^}]*\}"
     r"|rdma_probe_(?:target_)?bandwidth_bytes_per_second\{[^}]*kind=\"capacity\"[^}]*\}"
     r"|rdma_probe_pcie_link_\w+\{[^}]*\}")
+# The recorded series of deploy/prometheus/rules.yaml that exist only after such an event, and
+# the event's selector.
+RECORDED_EVENTS = {
+    "path:rdma_probe_capacity_ratio:worst": 'rdma_probe_bandwidth_bytes_per_second{kind="capacity"}',
+    "instance_device_reason:rdma_probe_deferred:rate": "rdma_probe_deferred_total",
+}
 
 
 def main():
@@ -48,8 +55,9 @@ def main():
     queries = json.load(open(queries_file))
     for q in queries:
         q["series"], q["error"] = query_range(url, q["expr"], start, end, step)
-        q["events"] = {sel: query_range(url, sel, start, end, step)[0]
-                       for sel in EVENT_SELECTOR.findall(q["expr"])}
+        selectors = EVENT_SELECTOR.findall(q["expr"])
+        selectors += [sel for name, sel in RECORDED_EVENTS.items() if name in q["expr"]]
+        q["events"] = {sel: query_range(url, sel, start, end, step)[0] for sel in selectors}
     json.dump(queries, open(out, "w"), indent=1)
     empty = [q for q in queries if not q["series"]]
     print(f"{len(queries)} dashboard queries, {len(empty)} without data")

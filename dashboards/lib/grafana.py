@@ -177,14 +177,19 @@ def datasource_variable():
     return db.DatasourceVariable("datasource").label("Data source").type("prometheus")
 
 
-def query_variable(name, label, q, multi=True, include_all=True, regex="", ordered=True):
+def query_variable(name, label, q, multi=True, include_all=True, regex="", ordered=True,
+                   all_value=".*", hidden=False):
     """A Prometheus query variable refreshed with the time range; `ordered` False keeps the
-    query's own order (a worst-first query_result), so that its first value is the default."""
+    query's own order (a worst-first query_result), so that its first value is the default.
+    `all_value` None: "All" stands for the list of every value (`(a|b|...)` in a regex), which
+    lets Prometheus select by its index where `.*` would read every series."""
     v = (db.QueryVariable(name).label(label).datasource(DS).query(q)
          .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).multi(multi).include_all(include_all)
          .sort(dm.VariableSort.ALPHABETICAL_ASC if ordered else dm.VariableSort.DISABLED))
-    if include_all:
-        v = v.all_value(".*")
+    if hidden:
+        v = v.hide(dm.VariableHide.HIDE_VARIABLE)
+    if include_all and all_value is not None:
+        v = v.all_value(all_value)
     if regex:
         v = v.regex(regex)
     return v

@@ -34,15 +34,25 @@ def variables(d):
         "peer_tor", "Peer ToR",
         'query_result(sort(min by (peer_tor) (tor_pair_rail:rdma_probe_success:ratio{job="$job", tor=~"$tor"})))',
         multi=False, include_all=False, regex='/peer_tor="([^"]+)"/', ordered=False))
-    return d.with_variable(query_variable(
+    d = d.with_variable(query_variable(
         "rail", "Rail", 'label_values(tor_pair_rail:rdma_probe_success:ratio{job="$job"}, rail)'))
+    # The probing nodes of ToR $tor and the peers in $peer_tor, every one listed (not `.*`): the
+    # node x peer table selects their paths by the index instead of reading every path.
+    d = d.with_variable(query_variable(
+        "tor_nodes", "Nodes of the ToR", 'label_values(path:rdma_probe_labels:info{job="$job", tor=~"$tor"}, instance)',
+        all_value=None, hidden=True))
+    return d.with_variable(query_variable(
+        "peer_tor_nodes", "Peers of the peer ToR",
+        'label_values(path:rdma_probe_labels:info{job="$job", peer_tor=~"$peer_tor"}, peer)',
+        all_value=None, hidden=True))
 
 
 def tor_pair(d):
     d = d.with_row(db.Row("Node × node: ToR $tor → $peer_tor, rail $rail"))
     ends = (f'path:rdma_probe_labels:info{{job="$job", {PAIR}}}')
-    expr = (f"min by (instance, peer) ((path:rdma_probe_bandwidth:ratio{{job=\"$job\"}}"
-            f" or rdma_probe_success{{job=\"$job\"}} == 0)"
+    pair = '{job="$job", instance=~"$tor_nodes", peer=~"$peer_tor_nodes"}'
+    expr = (f"min by (instance, peer) ((path:rdma_probe_bandwidth:ratio{pair}"
+            f" or path:rdma_probe_consecutive_failures:failed{pair} * 0)"
             f" and on(job, instance, device, peer, peer_device) {ends})")
     return d.with_panel(table_panel(
         "Achieved / target, node × peer, ToR $tor → $peer_tor",

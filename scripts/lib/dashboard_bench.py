@@ -37,9 +37,11 @@ def settings(job, worst):
     """The variable values each dashboard is benched with, as an operator opens it: the fleet
     overview and the exporter health with their defaults (every node: "All"), the path drilldown
     on what it opens with (the worst node, and the worst ToR pair). `worst` holds the fleet's
-    values: node, tor, peer_tor (missing ones stay at the default, `.*`)."""
+    values: node, tor, peer_tor, and tor_nodes and peer_tor_nodes (the nodes of those ToRs as
+    Grafana writes "All" of a list: `(a|b)`); missing ones stay at the default, `.*`."""
     base = [f"job={job}"]
-    drill = base + [f"{k}={worst[k]}" for k in ("node", "tor", "peer_tor") if worst.get(k)]
+    keys = ("node", "tor", "peer_tor", "tor_nodes", "peer_tor_nodes")
+    drill = base + [f"{k}={worst[k]}" for k in keys if worst.get(k)]
     return {"fleet-overview.json": base, "exporter-health.json": base, "path-drilldown.json": drill}
 
 

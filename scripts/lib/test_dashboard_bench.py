@@ -27,10 +27,12 @@ class DashboardBenchTest(unittest.TestCase):
         self.assertEqual(db.builtins(10, 10)["__interval"], "10s")
 
     def test_the_drilldown_opens_on_the_worst_node_and_tor_pair_the_others_on_all(self):
-        s = db.settings("j", {"node": "t0n1:9", "tor": "t3", "peer_tor": "t1"})
+        s = db.settings("j", {"node": "t0n1:9", "tor": "t3", "peer_tor": "t1",
+                              "tor_nodes": "(t3n0|t3n1)", "peer_tor_nodes": "(t1n0)"})
         self.assertEqual(s["fleet-overview.json"], ["job=j"])
         self.assertEqual(s["exporter-health.json"], ["job=j"])
-        self.assertEqual(s["path-drilldown.json"], ["job=j", "node=t0n1:9", "tor=t3", "peer_tor=t1"])
+        self.assertEqual(s["path-drilldown.json"], ["job=j", "node=t0n1:9", "tor=t3", "peer_tor=t1",
+                                                    "tor_nodes=(t3n0|t3n1)", "peer_tor_nodes=(t1n0)"])
         # A fleet without ToR pairs keeps the drilldown's ToR variables at their default.
         self.assertEqual(db.settings("j", {"node": "n", "tor": None})["path-drilldown.json"], ["job=j", "node=n"])
 

@@ -251,6 +251,10 @@ def emulate(sc):
                 if any(e[0] == "stale" and e[1] == n and e[2] <= step < e[3] and e[5] == r
                        for e in sc.events):
                     continue  # the device's probes do not run
+                if any(e[0] == "starved" and e[1] == n and e[4] == m and e[5] == r and e[2] <= step < e[3]
+                       for e in sc.events):
+                    next_probe[p] = t + 5  # the peer's responder answers `busy`: no attempt
+                    continue
                 if held_by_timeouts(sc, peers_of, int(t // STEP), n, r, m):
                     next_probe[p] = t + 5  # runs as soon as the device is free
                     continue
@@ -509,9 +513,9 @@ def windows(sc):
             alerts, detect = alerts[1:], f.end - f.start + 1
         out += [(a, f.start, f.end, detect, resolve) for a in alerts]
     for e in sc.events:
-        # Fewer than K slow probes, or budget deferrals in an exporter's first window: nothing
-        # may fire.
-        if e[0] not in ("slow", "startup_deferrals"):
+        # Fewer than K slow probes, budget deferrals in an exporter's first window, a path
+        # answered busy by a dead port's responder: nothing of their own may fire.
+        if e[0] not in ("slow", "startup_deferrals", "starved"):
             out.append(event_alerts(e))
     return out
 
@@ -627,6 +631,11 @@ def scenarios():
         ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)])]))
     s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
                       [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
+    s.append(Scenario("a dead port whose failing bursts hold its responder, so that another "
+                      "prober's path into it is answered busy and never attempted, fires only "
+                      "RdmaProbePortFailing (no RdmaProbeStale for that prober)", MESH, 90,
+                      [Fault("port_fail", 20, 60, node="t0n2", rail=1)],
+                      events=[("starved", "t0n0", 20, 60, "t0n2", 1)]))
     s.append(Scenario("a dead port whose probes' timeouts hold its probers' devices fires only "
                       "RdmaProbePortFailing: no RdmaProbeStale for the paths they starve, and no "
                       "RdmaProbePathDegraded for the two slow results one of those paths keeps "

@@ -361,7 +361,6 @@ impl Cluster<'_> {
             let id = path_id(p.peer, p.rail, config.nodes);
             let preferred = self.ctx.preferred(p.node, p.peer);
             let (ctx, devices) = (&self.ctx, &self.devices);
-            let node = &mut self.nodes[p.node];
             node.budget.record(id, t, preferred, series, |id| {
                 selected(ctx, devices, p.node, *id)
             });

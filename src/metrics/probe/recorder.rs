@@ -42,6 +42,11 @@ fn is_traffic(kind: CounterKind) -> bool {
     )
 }
 
+/// Whether `path` is in `selection` (device, peer) now.
+fn selected(selection: &BTreeMap<(String, String), bool>, path: &PathLabels) -> bool {
+    selection.contains_key(&(path.device.clone(), path.peer.clone()))
+}
+
 /// Now, as the series budget counts time (and the validation-failure stamps).
 pub(crate) fn unix_now() -> Duration {
     SystemTime::now()
@@ -320,7 +325,7 @@ impl ProbeRecorder {
         let admission = self
             .budget
             .record(path.clone(), now, preferred, series, |p| {
-                selection.contains_key(&(p.device.clone(), p.peer.clone()))
+                selected(selection, p)
             });
         if admission.shed_derived {
             self.shed_derived();
@@ -370,9 +375,7 @@ impl ProbeRecorder {
     /// Takes off `/metrics` the paths out of the selection not probed for the TTL.
     pub fn expire(&mut self, now: Duration) {
         let selection = &self.selection;
-        let stale = self.budget.expire(now, |p| {
-            selection.contains_key(&(p.device.clone(), p.peer.clone()))
-        });
+        let stale = self.budget.expire(now, |p| selected(selection, p));
         if stale.is_empty() {
             return;
         }

@@ -515,7 +515,7 @@ fn the_same_scenario_panicking_twice_fails() {
     assert_eq!(attempts, 2);
     let summary = std::fs::read_to_string(dir.join("lab-summary")).unwrap();
     assert!(
-        summary.contains("scenario failed; guest kernel panics: 2"),
+        summary.contains("scenario failed in ") && summary.contains("; guest kernel panics: 2 "),
         "{summary}"
     );
     let _ = std::fs::remove_dir_all(&base);

@@ -18,6 +18,7 @@ pub mod label;
 pub mod memlock;
 pub mod metrics;
 pub mod perftest;
+pub mod ping;
 pub mod placement;
 pub mod port;
 pub mod prober;

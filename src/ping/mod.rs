@@ -1,0 +1,21 @@
+//! Pings: small UD SENDs between devices, answered twice, for latency and loss between bursts.
+//!
+//! A burst measures bandwidth and is heavy, so a path gets one every few minutes at fleet size; a
+//! ping is 48 bytes and cheap enough for every path every few seconds. The prober sends a ping
+//! from its device's UD QP to the peer device's; the responder answers it at once (the ack) and,
+//! when that answer's send has completed, again with how long it held the ping (the delay), so
+//! the network's share of the round trip is measured on both ends rather than guessed.
+//!
+//! The pure parts:
+//! - [`packet`]: the datagram, tagged with a key of the control session's, so a forged or
+//!   altered answer is dropped unmeasured;
+//! - [`delay`]: the six timestamps of a ping, the NIC's or the CPU's clock, and the network RTT,
+//!   responder and prober delays they give;
+//! - [`path`]: a prober's pings of one path: outstanding pings, answers, losses at the timeout,
+//!   and the quantiles of a sliding window.
+//!
+//! The ping engine (UD QPs in the device worker) and its metrics build on these.
+
+pub mod delay;
+pub mod packet;
+pub mod path;

@@ -1,0 +1,394 @@
+//! A prober's pings of one path: what was sent, what answered, what was lost, and the RTTs of a
+//! sliding window.
+//!
+//! A ping is outstanding from its send until both answers arrived (then it is a sample) or
+//! `timeout` passed (then it is lost, whatever arrives later). An answer that matches no
+//! outstanding ping (a late one, a duplicate, a replay of an old one) is counted as unexpected and
+//! dropped, never measured. Samples older than `window` leave the window; the quantiles are
+//! nearest-rank over what is left. Everything is bounded: at most [`MAX_OUTSTANDING`] pings wait
+//! (a path that sends faster than it times out loses its oldest), and the window holds what one
+//! `window` of pings gives.
+//!
+//! Time is the caller's monotonic clock as a [`Duration`] since any fixed start. Pure:
+//! unit-tested here.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use super::delay::{delays, Clock, Delays, ProberTimes};
+use super::packet::{Kind, Packet};
+
+/// The most pings of one path waiting for answers.
+pub const MAX_OUTSTANDING: usize = 64;
+
+/// One ping waiting for its answers.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    sent_at: Duration,
+    times: ProberTimes,
+    /// The first answer's receive completion, once it arrived.
+    acked: Option<u64>,
+    /// The responder's delay, once the second answer arrived.
+    responder: Option<Duration>,
+}
+
+/// What an answer did to the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The first of the two answers: the ping waits for the other.
+    Partial,
+    /// Both answers are in: a sample of the window.
+    Measured(Delays),
+    /// Both answers are in but contradict each other: no sample (counted in `invalid`).
+    Invalid,
+    /// It matched no outstanding ping: dropped (counted in `unexpected`).
+    Unexpected,
+}
+
+/// Counters of one path since it was created; they only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub sent: u64,
+    pub lost: u64,
+    pub unexpected: u64,
+    pub invalid: u64,
+}
+
+/// The prober's pings of one path.
+#[derive(Debug)]
+pub struct PathPings {
+    clock: Clock,
+    timeout: Duration,
+    window: Duration,
+    next_seq: u64,
+    outstanding: BTreeMap<u64, Outstanding>,
+    samples: VecDeque<(Duration, Delays)>,
+    counts: Counts,
+}
+
+/// The window's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSummary {
+    pub samples: usize,
+    pub rtt_p50: Duration,
+    pub rtt_p90: Duration,
+    pub rtt_p99: Duration,
+    pub responder_p50: Duration,
+}
+
+impl PathPings {
+    /// A path whose device completion clock is `clock`; a ping unanswered after `timeout` is
+    /// lost; the quantiles cover the last `window`.
+    pub fn new(clock: Clock, timeout: Duration, window: Duration) -> PathPings {
+        PathPings {
+            clock,
+            timeout,
+            window,
+            next_seq: 0,
+            outstanding: BTreeMap::new(),
+            samples: VecDeque::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// The sequence number of the next ping, to put in its packet before it is posted.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The ping `next_seq` was posted at CPU time `posted` (ns) and its send completed at
+    /// `completed` (device clock); `now` is the caller's time.
+    pub fn on_sent(&mut self, now: Duration, posted: u64, completed: u64) {
+        if self.outstanding.len() == MAX_OUTSTANDING {
+            self.outstanding.pop_first();
+            self.counts.lost += 1;
+        }
+        self.outstanding.insert(
+            self.next_seq,
+            Outstanding {
+                sent_at: now,
+                times: ProberTimes {
+                    posted,
+                    sent: completed,
+                    acked: 0,
+                    done: 0,
+                },
+                acked: None,
+                responder: None,
+            },
+        );
+        self.next_seq += 1;
+        self.counts.sent += 1;
+    }
+
+    /// An answer (already verified: [`Packet::decode`]) received at device time `completed`,
+    /// handled by CPU time `done` (ns), at the caller's time `now`.
+    pub fn on_answer(
+        &mut self,
+        now: Duration,
+        packet: &Packet,
+        completed: u64,
+        done: u64,
+    ) -> Answer {
+        self.expire(now);
+        let Some(ping) = self.outstanding.get_mut(&packet.seq) else {
+            self.counts.unexpected += 1;
+            return Answer::Unexpected;
+        };
+        match packet.kind {
+            Kind::Ack if ping.acked.is_none() => {
+                ping.acked = Some(completed);
+                ping.times.done = done;
+            }
+            Kind::Delay if ping.responder.is_none() => {
+                ping.responder = Some(Duration::from_nanos(packet.responder_delay_ns));
+            }
+            _ => {
+                self.counts.unexpected += 1;
+                return Answer::Unexpected;
+            }
+        }
+        let (Some(acked), Some(responder)) = (ping.acked, ping.responder) else {
+            return Answer::Partial;
+        };
+        let times = ProberTimes {
+            acked,
+            ..ping.times
+        };
+        self.outstanding.remove(&packet.seq);
+        match delays(&self.clock, &times, responder) {
+            Ok(d) => {
+                self.samples.push_back((now, d));
+                Answer::Measured(d)
+            }
+            Err(_) => {
+                self.counts.invalid += 1;
+                Answer::Invalid
+            }
+        }
+    }
+
+    /// Counts the pings unanswered for `timeout` as lost and drops the samples older than the
+    /// window, as of `now`.
+    pub fn expire(&mut self, now: Duration) {
+        let timeout = self.timeout;
+        let before = self.outstanding.len();
+        self.outstanding
+            .retain(|_, p| now.saturating_sub(p.sent_at) < timeout);
+        self.counts.lost += (before - self.outstanding.len()) as u64;
+        while self
+            .samples
+            .front()
+            .is_some_and(|(at, _)| now.saturating_sub(*at) >= self.window)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// The window's quantiles as of the last [`Self::expire`]; `None` with no sample in it.
+    pub fn summary(&self) -> Option<WindowSummary> {
+        let mut rtts: Vec<Duration> = self.samples.iter().map(|(_, d)| d.network_rtt).collect();
+        let mut held: Vec<Duration> = self.samples.iter().map(|(_, d)| d.responder).collect();
+        if rtts.is_empty() {
+            return None;
+        }
+        rtts.sort_unstable();
+        held.sort_unstable();
+        Some(WindowSummary {
+            samples: rtts.len(),
+            rtt_p50: nearest_rank(&rtts, 0.5),
+            rtt_p90: nearest_rank(&rtts, 0.9),
+            rtt_p99: nearest_rank(&rtts, 0.99),
+            responder_p50: nearest_rank(&held, 0.5),
+        })
+    }
+}
+
+/// The nearest-rank `q` quantile of sorted, non-empty `v`.
+fn nearest_rank(v: &[Duration], q: f64) -> Duration {
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn path() -> PathPings {
+        PathPings::new(Clock::software(), ms(500), ms(60_000))
+    }
+
+    fn answer(kind: Kind, seq: u64, delay_ns: u64) -> Packet {
+        Packet {
+            kind,
+            key_id: 1,
+            seq,
+            responder_delay_ns: delay_ns,
+        }
+    }
+
+    /// Sends a ping at `at` ms and answers it: RTT `rtt_us` µs with 2 µs held by the responder.
+    fn ping(p: &mut PathPings, at: u64, rtt_us: u64) -> Answer {
+        let seq = p.next_seq();
+        let t = at * 1_000_000;
+        p.on_sent(ms(at), t, t + 1_000);
+        let acked = t + 1_000 + (rtt_us + 2) * 1_000;
+        assert_eq!(
+            p.on_answer(ms(at), &answer(Kind::Ack, seq, 0), acked, acked + 500),
+            Answer::Partial
+        );
+        p.on_answer(ms(at), &answer(Kind::Delay, seq, 2_000), 0, 0)
+    }
+
+    #[test]
+    fn both_answers_make_a_sample_in_either_order() {
+        let mut p = path();
+        let Answer::Measured(d) = ping(&mut p, 0, 10) else {
+            panic!("no sample")
+        };
+        assert_eq!(d.network_rtt, Duration::from_micros(10));
+        assert_eq!(d.responder, Duration::from_micros(2));
+        assert_eq!(d.prober, Duration::from_nanos(1_500));
+        // The delay first, then the ack.
+        p.on_sent(ms(1), 5_000_000, 5_001_000);
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Delay, 1, 2_000), 0, 0),
+            Answer::Partial
+        );
+        assert!(matches!(
+            p.on_answer(ms(1), &answer(Kind::Ack, 1, 0), 5_013_000, 5_014_000),
+            Answer::Measured(d) if d.network_rtt == Duration::from_micros(10)
+        ));
+        assert_eq!(p.summary().unwrap().samples, 2);
+        assert_eq!(
+            p.counts(),
+            Counts {
+                sent: 2,
+                ..Counts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn duplicates_replays_and_strangers_are_unexpected_and_unmeasured() {
+        let mut p = path();
+        ping(&mut p, 0, 10);
+        // The same answers again (a replay), and an answer to a ping never sent.
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Ack, 0, 0), 9, 9),
+            Answer::Unexpected
+        );
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Delay, 0, 1), 0, 0),
+            Answer::Unexpected
+        );
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Ack, 7, 0), 9, 9),
+            Answer::Unexpected
+        );
+        // A ping answered twice with an ack before its delay; a ping "answered" by a ping.
+        p.on_sent(ms(2), 0, 0);
+        assert_eq!(
+            p.on_answer(ms(2), &answer(Kind::Ack, 1, 0), 9, 9),
+            Answer::Partial
+        );
+        assert_eq!(
+            p.on_answer(ms(2), &answer(Kind::Ack, 1, 0), 9, 9),
+            Answer::Unexpected
+        );
+        assert_eq!(
+            p.on_answer(ms(2), &answer(Kind::Ping, 1, 0), 9, 9),
+            Answer::Unexpected
+        );
+        assert_eq!(p.counts().unexpected, 5);
+        assert_eq!(p.summary().unwrap().samples, 1);
+    }
+
+    #[test]
+    fn an_unanswered_ping_is_lost_at_its_timeout_and_a_late_answer_is_unexpected() {
+        let mut p = path();
+        p.on_sent(Duration::ZERO, 0, 0);
+        p.expire(ms(499));
+        assert_eq!(p.counts().lost, 0);
+        p.expire(ms(500));
+        assert_eq!(p.counts().lost, 1);
+        assert_eq!(
+            p.on_answer(ms(501), &answer(Kind::Ack, 0, 0), 9, 9),
+            Answer::Unexpected
+        );
+        // Half answered is lost too.
+        p.on_sent(ms(600), 0, 0);
+        p.on_answer(ms(601), &answer(Kind::Ack, 1, 0), 9, 9);
+        p.expire(ms(1_100));
+        assert_eq!(
+            p.counts(),
+            Counts {
+                sent: 2,
+                lost: 2,
+                unexpected: 1,
+                invalid: 0
+            }
+        );
+    }
+
+    #[test]
+    fn pings_beyond_the_outstanding_bound_lose_the_oldest() {
+        let mut p = path();
+        for i in 0..MAX_OUTSTANDING as u64 + 3 {
+            p.on_sent(ms(1), i, i);
+        }
+        assert_eq!(p.counts().lost, 3);
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Ack, 0, 0), 9, 9),
+            Answer::Unexpected
+        );
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Ack, 3, 0), 9, 9),
+            Answer::Partial
+        );
+    }
+
+    #[test]
+    fn contradicting_answers_are_invalid() {
+        let mut p = path();
+        p.on_sent(Duration::ZERO, 0, 1_000);
+        p.on_answer(Duration::ZERO, &answer(Kind::Ack, 0, 0), 3_000, 4_000);
+        // The responder claims it held the ping 5 µs of a 2 µs round trip.
+        assert_eq!(
+            p.on_answer(Duration::ZERO, &answer(Kind::Delay, 0, 5_000), 0, 0),
+            Answer::Invalid
+        );
+        assert_eq!(p.counts().invalid, 1);
+        assert_eq!(p.summary(), None);
+    }
+
+    #[test]
+    fn the_window_slides_and_its_quantiles_are_nearest_rank() {
+        let mut p = path();
+        // 100 samples of 1..=100 µs, one a ms.
+        for i in 0..100 {
+            ping(&mut p, i, i + 1);
+        }
+        let s = p.summary().unwrap();
+        assert_eq!(s.samples, 100);
+        assert_eq!(s.rtt_p50, Duration::from_micros(50));
+        assert_eq!(s.rtt_p90, Duration::from_micros(90));
+        assert_eq!(s.rtt_p99, Duration::from_micros(99));
+        assert_eq!(s.responder_p50, Duration::from_micros(2));
+        // A minute later the first 50 have left the window.
+        p.expire(ms(60_050));
+        let s = p.summary().unwrap();
+        assert_eq!(s.samples, 49);
+        assert_eq!(s.rtt_p50, Duration::from_micros(76));
+        p.expire(ms(120_000));
+        assert_eq!(p.summary(), None);
+    }
+}

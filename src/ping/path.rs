@@ -281,33 +281,23 @@ mod tests {
     fn duplicates_replays_and_strangers_are_unexpected_and_unmeasured() {
         let mut p = path();
         ping(&mut p, 0, 10);
-        // The same answers again (a replay), and an answer to a ping never sent.
-        assert_eq!(
-            p.on_answer(ms(1), &answer(Kind::Ack, 0, 0), 9, 9),
-            Answer::Unexpected
-        );
-        assert_eq!(
-            p.on_answer(ms(1), &answer(Kind::Delay, 0, 1), 0, 0),
-            Answer::Unexpected
-        );
-        assert_eq!(
-            p.on_answer(ms(1), &answer(Kind::Ack, 7, 0), 9, 9),
-            Answer::Unexpected
-        );
-        // A ping answered twice with an ack before its delay; a ping "answered" by a ping.
-        p.on_sent(ms(2), 0, 0);
-        assert_eq!(
-            p.on_answer(ms(2), &answer(Kind::Ack, 1, 0), 9, 9),
-            Answer::Partial
-        );
-        assert_eq!(
-            p.on_answer(ms(2), &answer(Kind::Ack, 1, 0), 9, 9),
-            Answer::Unexpected
-        );
-        assert_eq!(
-            p.on_answer(ms(2), &answer(Kind::Ping, 1, 0), 9, 9),
-            Answer::Unexpected
-        );
+        // The same answers again (a replay), and an answer to a ping never sent; then a ping
+        // answered twice with an ack before its delay, and one "answered" by a ping.
+        let answers = [
+            (1, Kind::Ack, 0, Answer::Unexpected),
+            (1, Kind::Delay, 0, Answer::Unexpected),
+            (1, Kind::Ack, 7, Answer::Unexpected),
+            (2, Kind::Ack, 1, Answer::Partial),
+            (2, Kind::Ack, 1, Answer::Unexpected),
+            (2, Kind::Ping, 1, Answer::Unexpected),
+        ];
+        for (at, kind, seq, want) in answers {
+            if seq == 1 && p.next_seq() == 1 {
+                p.on_sent(ms(at), 0, 0);
+            }
+            let got = p.on_answer(ms(at), &answer(kind, seq, 0), 9, 9);
+            assert_eq!(got, want, "{kind:?} of ping {seq} at {at} ms");
+        }
         assert_eq!(p.counts().unexpected, 5);
         assert_eq!(p.summary().unwrap().samples, 1);
     }

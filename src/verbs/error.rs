@@ -14,6 +14,7 @@ pub enum Resource {
     CompletionChannel,
     CompletionQueue,
     QueuePair,
+    AddressHandle,
 }
 
 impl std::fmt::Display for Resource {
@@ -24,6 +25,7 @@ impl std::fmt::Display for Resource {
             Resource::CompletionChannel => "completion channel",
             Resource::CompletionQueue => "completion queue",
             Resource::QueuePair => "queue pair",
+            Resource::AddressHandle => "address handle",
         })
     }
 }

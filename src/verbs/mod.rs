@@ -11,7 +11,8 @@
 //! - [`ProtectionDomain`], [`MemoryRegion`] (owned page-aligned buffer, LOCAL_WRITE |
 //!   REMOTE_WRITE, never REMOTE_READ), [`CompletionQueue`] (basic CQ + completion channel: the
 //!   extended CQ poller is broken on rxe with rdma-core < 55), [`QueuePair`] (basic RC QP,
-//!   perftest transition defaults, chained `ibv_post_send`).
+//!   perftest transition defaults, chained `ibv_post_send`), [`UdQueuePair`] and [`AddressHandle`]
+//!   (datagrams to any peer's UD QP: pings).
 //! - RAII: sideway handles hold `Arc`s to their parents, so QPs are destroyed before their CQs
 //!   and PD, MRs before their PD, everything before the device context, in any drop order.
 //!   All handle types are `Send` so the burst engine can own them on its own OS thread.
@@ -23,6 +24,7 @@ mod error;
 mod qp;
 mod resources;
 mod types;
+mod ud;
 
 pub use device::{list_devices, list_devices_filtered, Context, DeviceInfo, LocalPort, PortInfo};
 pub use error::{Resource, Result, VerbsError};
@@ -36,3 +38,4 @@ pub use types::{
     mtu_to_bytes, select_gid, select_gid_with, speed_name, wc_opcode, width_lanes, width_name, Gid,
     GidEntry, GidType, LinkLayer, PathMtu, PortState, WcStatus,
 };
+pub use ud::{AddressHandle, Route, UdQueuePair, GRH_LEN};

@@ -305,6 +305,8 @@ pub struct Completion {
     pub imm: Option<u32>,
     /// The local QP the completion belongs to.
     pub qp_num: u32,
+    /// The sending QP of a UD receive (0 for other completions).
+    pub src_qp: u32,
     /// Vendor error syndrome (perftest prints it as "syndrom 0x..").
     pub vendor_err: u32,
 }
@@ -318,6 +320,7 @@ impl Completion {
         byte_len: 0,
         imm: None,
         qp_num: 0,
+        src_qp: 0,
         vendor_err: 0,
     };
 
@@ -353,6 +356,7 @@ impl Completion {
             byte_len: wc.byte_len,
             imm,
             qp_num: wc.qp_num,
+            src_qp: wc.src_qp,
             vendor_err: wc.vendor_err,
         }
     }

@@ -15,6 +15,7 @@ mod hostile;
 mod image;
 mod leaks;
 mod perftest;
+mod ping;
 mod port;
 mod probe;
 mod prometheus;

@@ -1,6 +1,7 @@
 //! Lab tool: pings between two devices over UD QPs, with the `verbs` module's UD QPs and address
 //! handles and the `ping` module's packets and path accounting, software timestamps (the lab's
-//! Soft-RoCE has no completion timestamps). It proves those parts on a real device before the
+//! Soft-RoCE has no completion timestamps: a send is stamped right after its post returned, a
+//! receive when its completion is polled). It proves those parts on a real device before the
 //! exporter's ping engine uses them; it is not the product's ping (no control channel: the two
 //! ends swap their QPN and GID through files).
 //!
@@ -84,7 +85,7 @@ fn setup(device: &str, me: &str, peer: &str) -> Res<End> {
     let mut qp = pd.create_ud_qp(&cq, RECVS as u32).map_err(v)?;
     qp.activate(1, 0, QKEY, 0).map_err(v)?;
     let mr = pd
-        .register(SLOT * (RECVS as usize + 1), RemoteAccess::None)
+        .register(SLOT * (RECVS as usize + 1), RemoteAccess::Receives)
         .map_err(v)?;
     for slot in 0..RECVS {
         qp.post_recv(&mr, slot as usize * SLOT, SLOT as u32, slot)
@@ -162,8 +163,11 @@ impl End {
         }
     }
 
-    /// Sends `packet` to the UD QP `qpn` of the peer and waits for its send completion; returns that completion's time (ns).
-    /// Receives that complete meanwhile are handed to `on_recv`.
+    /// Sends `packet` to the UD QP `qpn` of the peer and waits for its send completion (the
+    /// buffer is reused); receives that complete meanwhile are handed to `on_recv`. Returns the
+    /// software send timestamp: the CPU time right after `ibv_post_send` returned. Soft-RoCE
+    /// sends inside that call and reports the completion later, sometimes after the answer
+    /// arrived, so the time the completion is polled would shorten the RTT by the poll's delay.
     fn send(
         &mut self,
         packet: &Packet,
@@ -181,11 +185,12 @@ impl End {
                 SEND_WR,
             )
             .map_err(|e| e.to_string())?;
+        let sent = self.now_ns();
         loop {
             let c = self.next(TIMEOUT)?.ok_or("no send completion")?;
             let t = self.now_ns();
             if c.wr_id == SEND_WR {
-                return Ok(t);
+                return Ok(sent);
             }
             on_recv(self, c, t)?;
         }
@@ -238,6 +243,8 @@ fn serve(mut end: End, seconds: u64) -> Res<()> {
 fn ping(mut end: End, count: u64, interval: Duration) -> Res<()> {
     let mut path = PathPings::new(Clock::software(), TIMEOUT, Duration::from_secs(3600));
     let mut answers = 0u64;
+    // Pings whose answers both arrived before their send completion was polled.
+    let mut completed_late = 0u64;
     let mut on_recv = |end: &mut End, c: Completion, t: u64, path: &mut PathPings| -> Res<()> {
         if let Ok(p) = end.take(&c)? {
             let now = Duration::from_nanos(t);
@@ -251,17 +258,22 @@ fn ping(mut end: End, count: u64, interval: Duration) -> Res<()> {
         Ok(())
     };
     for _ in 0..count {
-        let seq = path.next_seq();
+        let posted = end.now_ns();
+        let seq = path.on_posted(Duration::from_nanos(posted), posted);
         let packet = Packet {
             kind: Kind::Ping,
             key_id: 1,
             seq,
             responder_delay_ns: 0,
         };
-        let posted = end.now_ns();
         let peer_qpn = end.peer_qpn;
         let sent = end.send(&packet, peer_qpn, |end, c, t| on_recv(end, c, t, &mut path))?;
-        path.on_sent(Duration::from_nanos(posted), posted, sent);
+        if matches!(
+            path.on_send_completed(Duration::from_nanos(sent), seq, sent),
+            Answer::Measured(_) | Answer::Invalid
+        ) {
+            completed_late += 1;
+        }
         let deadline = Instant::now() + interval;
         while let Some(c) = end.next(deadline.saturating_duration_since(Instant::now()))? {
             let t = end.now_ns();
@@ -278,7 +290,7 @@ fn ping(mut end: End, count: u64, interval: Duration) -> Res<()> {
     let s = path.summary().ok_or("no ping answered")?;
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "{{\"sent\":{},\"lost\":{},\"unexpected\":{},\"invalid\":{},\"answers\":{answers},\"samples\":{},\"rtt_p50_us\":{:.1},\"rtt_p90_us\":{:.1},\"rtt_p99_us\":{:.1},\"responder_p50_us\":{:.1}}}",
+        "{{\"sent\":{},\"lost\":{},\"unexpected\":{},\"invalid\":{},\"answers\":{answers},\"send_completed_last\":{completed_late},\"samples\":{},\"rtt_p50_us\":{:.1},\"rtt_p90_us\":{:.1},\"rtt_p99_us\":{:.1},\"responder_p50_us\":{:.1}}}",
         counts.sent, counts.lost, counts.unexpected, counts.invalid, s.samples,
         us(s.rtt_p50), us(s.rtt_p90), us(s.rtt_p99), us(s.responder_p50)
     );

@@ -1,9 +1,9 @@
 //! A prober's pings of one path: what was sent, what answered, what was lost, and the RTTs of a
 //! sliding window.
 //!
-//! A ping is outstanding from its send until both answers arrived (then it is a sample) or
-//! `timeout` passed (then it is lost, whatever arrives later). An answer that matches no
-//! outstanding ping (a late one, a duplicate, a replay of an old one) is counted as unexpected and
+//! A ping is outstanding from its post until its send completion and both answers arrived, in
+//! any order (then it is a sample), or `timeout` passed (then it is lost, whatever arrives
+//! later). An answer that matches no outstanding ping (a late one, a duplicate, a replay of an old one) is counted as unexpected and
 //! dropped, never measured. Samples older than `window` leave the window; the quantiles are
 //! nearest-rank over what is left. Everything is bounded: at most [`MAX_OUTSTANDING`] pings wait
 //! (a path that sends faster than it times out loses its oldest), and the window holds what one
@@ -21,25 +21,43 @@ use super::packet::{Kind, Packet};
 /// The most pings of one path waiting for answers.
 pub const MAX_OUTSTANDING: usize = 64;
 
-/// One ping waiting for its answers.
+/// One ping waiting for its send completion and its answers, which may come in any order (a
+/// NIC may report the send's completion after the answer to it arrived).
 #[derive(Debug, Clone, Copy)]
 struct Outstanding {
-    sent_at: Duration,
-    times: ProberTimes,
-    /// The first answer's receive completion, once it arrived.
-    acked: Option<u64>,
+    posted_at: Duration,
+    /// CPU time of the post (ns).
+    posted: u64,
+    /// The send's completion, once polled.
+    sent: Option<u64>,
+    /// The first answer's receive completion and the CPU time it was handled, once it arrived.
+    acked: Option<(u64, u64)>,
     /// The responder's delay, once the second answer arrived.
     responder: Option<Duration>,
 }
 
-/// What an answer did to the path.
+impl Outstanding {
+    /// The four prober timestamps and the responder's delay, once all are in.
+    fn complete(&self) -> Option<(ProberTimes, Duration)> {
+        let (sent, (acked, done), responder) = (self.sent?, self.acked?, self.responder?);
+        let times = ProberTimes {
+            posted: self.posted,
+            sent,
+            acked,
+            done,
+        };
+        Some((times, responder))
+    }
+}
+
+/// What an event did to the ping it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
-    /// The first of the two answers: the ping waits for the other.
+    /// The ping still waits for its send completion or an answer.
     Partial,
-    /// Both answers are in: a sample of the window.
+    /// The send completion and both answers are in: a sample of the window.
     Measured(Delays),
-    /// Both answers are in but contradict each other: no sample (counted in `invalid`).
+    /// All are in but contradict each other: no sample (counted in `invalid`).
     Invalid,
     /// It matched no outstanding ping: dropped (counted in `unexpected`).
     Unexpected,
@@ -91,34 +109,42 @@ impl PathPings {
         }
     }
 
-    /// The sequence number of the next ping, to put in its packet before it is posted.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// The ping `next_seq` was posted at CPU time `posted` (ns) and its send completed at
-    /// `completed` (device clock); `now` is the caller's time.
-    pub fn on_sent(&mut self, now: Duration, posted: u64, completed: u64) {
+    /// A ping is about to be posted at CPU time `posted` (ns), at the caller's time `now`:
+    /// returns its sequence number, for its packet. It is outstanding from here on, so answers
+    /// that arrive before its send completion is polled find it.
+    pub fn on_posted(&mut self, now: Duration, posted: u64) -> u64 {
         if self.outstanding.len() == MAX_OUTSTANDING {
             self.outstanding.pop_first();
             self.counts.lost += 1;
         }
+        let seq = self.next_seq;
         self.outstanding.insert(
-            self.next_seq,
+            seq,
             Outstanding {
-                sent_at: now,
-                times: ProberTimes {
-                    posted,
-                    sent: completed,
-                    acked: 0,
-                    done: 0,
-                },
+                posted_at: now,
+                posted,
+                sent: None,
                 acked: None,
                 responder: None,
             },
         );
         self.next_seq += 1;
         self.counts.sent += 1;
+        seq
+    }
+
+    /// The send of ping `seq` completed at `completed` (device clock), at the caller's time
+    /// `now`.
+    pub fn on_send_completed(&mut self, now: Duration, seq: u64, completed: u64) -> Answer {
+        self.expire(now);
+        match self.outstanding.get_mut(&seq) {
+            Some(ping) if ping.sent.is_none() => ping.sent = Some(completed),
+            _ => {
+                self.counts.unexpected += 1;
+                return Answer::Unexpected;
+            }
+        }
+        self.measure_if_complete(now, seq)
     }
 
     /// An answer (already verified: [`Packet::decode`]) received at device time `completed`,
@@ -136,10 +162,7 @@ impl PathPings {
             return Answer::Unexpected;
         };
         match packet.kind {
-            Kind::Ack if ping.acked.is_none() => {
-                ping.acked = Some(completed);
-                ping.times.done = done;
-            }
+            Kind::Ack if ping.acked.is_none() => ping.acked = Some((completed, done)),
             Kind::Delay if ping.responder.is_none() => {
                 ping.responder = Some(Duration::from_nanos(packet.responder_delay_ns));
             }
@@ -148,14 +171,16 @@ impl PathPings {
                 return Answer::Unexpected;
             }
         }
-        let (Some(acked), Some(responder)) = (ping.acked, ping.responder) else {
+        self.measure_if_complete(now, packet.seq)
+    }
+
+    /// Ping `seq`'s sample once its send completion and both answers are in.
+    fn measure_if_complete(&mut self, now: Duration, seq: u64) -> Answer {
+        let Some((times, responder)) = self.outstanding.get(&seq).and_then(Outstanding::complete)
+        else {
             return Answer::Partial;
         };
-        let times = ProberTimes {
-            acked,
-            ..ping.times
-        };
-        self.outstanding.remove(&packet.seq);
+        self.outstanding.remove(&seq);
         match delays(&self.clock, &times, responder) {
             Ok(d) => {
                 self.samples.push_back((now, d));
@@ -174,7 +199,7 @@ impl PathPings {
         let timeout = self.timeout;
         let before = self.outstanding.len();
         self.outstanding
-            .retain(|_, p| now.saturating_sub(p.sent_at) < timeout);
+            .retain(|_, p| now.saturating_sub(p.posted_at) < timeout);
         self.counts.lost += (before - self.outstanding.len()) as u64;
         while self
             .samples
@@ -235,11 +260,17 @@ mod tests {
         }
     }
 
+    /// Posts a ping at `now`, at CPU time `posted`, its send completed at `completed`.
+    fn sent(p: &mut PathPings, now: Duration, posted: u64, completed: u64) -> u64 {
+        let seq = p.on_posted(now, posted);
+        assert_eq!(p.on_send_completed(now, seq, completed), Answer::Partial);
+        seq
+    }
+
     /// Sends a ping at `at` ms and answers it: RTT `rtt_us` µs with 2 µs held by the responder.
     fn ping(p: &mut PathPings, at: u64, rtt_us: u64) -> Answer {
-        let seq = p.next_seq();
         let t = at * 1_000_000;
-        p.on_sent(ms(at), t, t + 1_000);
+        let seq = sent(p, ms(at), t, t + 1_000);
         let acked = t + 1_000 + (rtt_us + 2) * 1_000;
         assert_eq!(
             p.on_answer(ms(at), &answer(Kind::Ack, seq, 0), acked, acked + 500),
@@ -258,7 +289,7 @@ mod tests {
         assert_eq!(d.responder, Duration::from_micros(2));
         assert_eq!(d.prober, Duration::from_nanos(1_500));
         // The delay first, then the ack.
-        p.on_sent(ms(1), 5_000_000, 5_001_000);
+        sent(&mut p, ms(1), 5_000_000, 5_001_000);
         assert_eq!(
             p.on_answer(ms(1), &answer(Kind::Delay, 1, 2_000), 0, 0),
             Answer::Partial
@@ -292,8 +323,8 @@ mod tests {
             (2, Kind::Ping, 1, Answer::Unexpected),
         ];
         for (at, kind, seq, want) in answers {
-            if seq == 1 && p.next_seq() == 1 {
-                p.on_sent(ms(at), 0, 0);
+            if seq == 1 && p.counts().sent == 1 {
+                sent(&mut p, ms(at), 0, 0);
             }
             let got = p.on_answer(ms(at), &answer(kind, seq, 0), 9, 9);
             assert_eq!(got, want, "{kind:?} of ping {seq} at {at} ms");
@@ -305,7 +336,7 @@ mod tests {
     #[test]
     fn an_unanswered_ping_is_lost_at_its_timeout_and_a_late_answer_is_unexpected() {
         let mut p = path();
-        p.on_sent(Duration::ZERO, 0, 0);
+        sent(&mut p, Duration::ZERO, 0, 0);
         p.expire(ms(499));
         assert_eq!(p.counts().lost, 0);
         p.expire(ms(500));
@@ -315,7 +346,7 @@ mod tests {
             Answer::Unexpected
         );
         // Half answered is lost too.
-        p.on_sent(ms(600), 0, 0);
+        sent(&mut p, ms(600), 0, 0);
         p.on_answer(ms(601), &answer(Kind::Ack, 1, 0), 9, 9);
         p.expire(ms(1_100));
         assert_eq!(
@@ -333,7 +364,7 @@ mod tests {
     fn pings_beyond_the_outstanding_bound_lose_the_oldest() {
         let mut p = path();
         for i in 0..MAX_OUTSTANDING as u64 + 3 {
-            p.on_sent(ms(1), i, i);
+            sent(&mut p, ms(1), i, i);
         }
         assert_eq!(p.counts().lost, 3);
         assert_eq!(
@@ -347,9 +378,31 @@ mod tests {
     }
 
     #[test]
+    fn answers_before_the_send_completion_wait_for_it() {
+        let mut p = path();
+        let seq = p.on_posted(ms(0), 0);
+        assert_eq!(
+            p.on_answer(ms(0), &answer(Kind::Ack, seq, 0), 13_000, 14_000),
+            Answer::Partial
+        );
+        assert_eq!(
+            p.on_answer(ms(0), &answer(Kind::Delay, seq, 2_000), 0, 0),
+            Answer::Partial
+        );
+        assert!(matches!(
+            p.on_send_completed(ms(1), seq, 1_000),
+            Answer::Measured(d) if d.network_rtt == Duration::from_micros(10)
+        ));
+        // A second send completion for it, or one for a ping never posted.
+        assert_eq!(p.on_send_completed(ms(1), seq, 1_000), Answer::Unexpected);
+        assert_eq!(p.on_send_completed(ms(1), 9, 1_000), Answer::Unexpected);
+        assert_eq!(p.counts().unexpected, 2);
+    }
+
+    #[test]
     fn contradicting_answers_are_invalid() {
         let mut p = path();
-        p.on_sent(Duration::ZERO, 0, 1_000);
+        sent(&mut p, Duration::ZERO, 0, 1_000);
         p.on_answer(Duration::ZERO, &answer(Kind::Ack, 0, 0), 3_000, 4_000);
         // The responder claims it held the ping 5 µs of a 2 µs round trip.
         assert_eq!(

@@ -159,6 +159,8 @@ fn page_size() -> usize {
 pub enum RemoteAccess {
     /// Local use only: the source of our own RDMA WRITEs.
     None,
+    /// Local use only, written by our own receives (`LOCAL_WRITE`): the buffers of datagrams.
+    Receives,
     /// `REMOTE_WRITE` (with the `LOCAL_WRITE` verbs requires beside it): the target of the peer's.
     Write,
 }
@@ -167,20 +169,21 @@ impl RemoteAccess {
     pub(crate) fn mr_flags(self) -> AccessFlags {
         match self {
             RemoteAccess::None => AccessFlags::none(),
+            RemoteAccess::Receives => AccessFlags::LocalWrite,
             RemoteAccess::Write => AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
         }
     }
 
     pub(crate) fn qp_flags(self) -> AccessFlags {
         match self {
-            RemoteAccess::None => AccessFlags::none(),
+            RemoteAccess::None | RemoteAccess::Receives => AccessFlags::none(),
             RemoteAccess::Write => AccessFlags::RemoteWrite,
         }
     }
 }
 
-/// A buffer of `len` bytes registered with [`RemoteAccess`]: `LOCAL_WRITE | REMOTE_WRITE` or no
-/// access flag at all — never REMOTE_READ: a peer may write into a probe buffer, but can never
+/// A buffer of `len` bytes registered with [`RemoteAccess`]: `LOCAL_WRITE | REMOTE_WRITE`,
+/// `LOCAL_WRITE` alone (receive buffers) or no access flag at all — never REMOTE_READ: a peer may write into a probe buffer, but can never
 /// read host memory through it.
 ///
 /// The buffer is owned (allocated page-aligned and zeroed here), so its address is stable for the

@@ -1,21 +1,25 @@
 # Benchmark (prints figures; asserts nothing about speed): on one lab link, in one run,
-#  1. bandwidth: stock ib_write_bw -n N vs our probe --messages N, alternating, 3 rounds;
+#  1. bandwidth: stock ib_write_bw -n N vs our probe --messages N, alternating, BENCH_ROUNDS
+#     rounds (default 2; scripts/bench: 4);
 #  2. pacing: our probe at several limits (achieved / limit);
 #  3. warm session: time from burst request to first WRITE on a reused session;
 #  4. CPU: our probe vs ib_write_bw's software limiter (--burst_size=1, or it silently does not
 #     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
 #     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike;
 #  5. the exporter's own cost, one exporter on node1 probing 10 paths (node2's responders on
-#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 200) scrapes with no burst
+#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 100;
+#     scripts/bench: 200) scrapes with no burst
 #     running, then as many while bursts run back to back, same exporter; then its CPU per
-#     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 30;
+#     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 10;
 #     scripts/bench: 120, or 600 with --long) of its normal schedule (every path every 30 s), the
 #     NIC emulation's doorbell share taken out of the burst thread as in 4; RSS.
 # node2 serves (our responders, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
+# The defaults are the short run of scripts/test; scripts/bench passes its own.
 N=${BENCH_MESSAGES:-500}
-SCRAPES=${BENCH_SCRAPES:-200}
-IDLE_SECONDS=${BENCH_IDLE_SECONDS:-30}
+ROUNDS=${BENCH_ROUNDS:-2}
+SCRAPES=${BENCH_SCRAPES:-100}
+IDLE_SECONDS=${BENCH_IDLE_SECONDS:-10}
 (umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 TIMEFORMAT='%U %S'
 # Both tools: QP timeout 17 (~0.5 s, ib_write_bw -u) instead of 14 (67 ms), which under full
@@ -101,8 +105,8 @@ case $LAB_NODE in
       RESULT="$bw $(cat "$name.json.cpu")"
       LAST=$name.json
     }
-    echo "== 1. bandwidth, $N x 64 KiB, unpaced"
-    for r in 1 2 3 4; do
+    echo "== 1. bandwidth, $N x 64 KiB, unpaced, $ROUNDS rounds"
+    for r in $(seq "$ROUNDS"); do
       perftest -n "$N" --report_gbits; set -- $RESULT; pbw=$1
       ours "unpaced-$r" --messages "$N"; set -- $RESULT; obw=$1
       ratio=$(awk -v a="$obw" -v b="$pbw" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')

@@ -228,10 +228,33 @@ impl ProtectionDomain {
                 "QP max_send_wr (tx depth) must be at least 1".into(),
             ));
         }
-        let qp = self
-            .pd
+        let qp = self.create_basic_qp(QueuePairType::ReliableConnection, send_cq, recv_cq, caps)?;
+        Ok(QueuePair {
+            qp,
+            ctx: Arc::clone(&self.ctx),
+            device: Arc::clone(&self.device),
+            port_count: self.port_count,
+            port: None,
+            scratch: PostScratch {
+                wrs: Vec::new(),
+                sges: Vec::new(),
+            },
+        })
+    }
+}
+
+impl ProtectionDomain {
+    /// A basic QP of `qp_type` with one SGE per WR and no inline data (RC bursts, UD pings).
+    pub(super) fn create_basic_qp(
+        &self,
+        qp_type: QueuePairType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        caps: QpCaps,
+    ) -> Result<BasicQueuePair> {
+        self.pd
             .create_qp_builder()
-            .setup_qp_type(QueuePairType::ReliableConnection)
+            .setup_qp_type(qp_type)
             .setup_max_send_wr(caps.max_send_wr)
             .setup_max_recv_wr(caps.max_recv_wr)
             .setup_max_send_sge(1)
@@ -248,18 +271,7 @@ impl ProtectionDomain {
                     #[allow(unreachable_patterns)] // the sideway enum is #[non_exhaustive]
                     other => io::Error::other(other.to_string()),
                 },
-            })?;
-        Ok(QueuePair {
-            qp,
-            ctx: Arc::clone(&self.ctx),
-            device: Arc::clone(&self.device),
-            port_count: self.port_count,
-            port: None,
-            scratch: PostScratch {
-                wrs: Vec::new(),
-                sges: Vec::new(),
-            },
-        })
+            })
     }
 }
 

@@ -19,6 +19,7 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair as _, QueuePairType};
 
 use super::error::{Resource, Result, VerbsError};
+use super::qp::QpCaps;
 use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain};
 
 /// Bytes of the Global Route Header in front of every received UD datagram.
@@ -94,27 +95,11 @@ impl ProtectionDomain {
                 "UD QP depth must be at least 1".into(),
             ));
         }
-        let qp = self
-            .pd
-            .create_qp_builder()
-            .setup_qp_type(QueuePairType::UnreliableDatagram)
-            .setup_max_send_wr(depth)
-            .setup_max_recv_wr(depth)
-            .setup_max_send_sge(1)
-            .setup_max_recv_sge(1)
-            .setup_max_inline_data(0)
-            .setup_send_cq(Arc::clone(cq.sideway()))
-            .setup_recv_cq(Arc::clone(cq.sideway()))
-            .build()
-            .map_err(|e| VerbsError::Create {
-                resource: Resource::QueuePair,
-                device: self.device.to_string(),
-                source: match e.0 {
-                    sideway::ibverbs::queue_pair::CreateQueuePairErrorKind::Ibverbs(io) => io,
-                    #[allow(unreachable_patterns)] // the sideway enum is #[non_exhaustive]
-                    other => io::Error::other(other.to_string()),
-                },
-            })?;
+        let caps = QpCaps {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+        };
+        let qp = self.create_basic_qp(QueuePairType::UnreliableDatagram, cq, cq, caps)?;
         Ok(UdQueuePair {
             qp,
             device: Arc::clone(&self.device),

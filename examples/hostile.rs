@@ -379,6 +379,7 @@ fn request(qps: u32, message_size: u64, region_bytes: u64) -> SessionRequest {
         link_rate_bits_per_second: None,
         traffic_class: 0,
         service_level: 0,
+        ping_qpn: None,
     }
 }
 

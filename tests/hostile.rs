@@ -73,6 +73,7 @@ fn serve_for_attacks() {
             io_timeout: IO_TIMEOUT,
             labels: Default::default(),
             rdma_networks: Vec::new(),
+            pingers: Default::default(),
         };
         // Stdin closing (the test ending, however) stops the child.
         let stdin_closed = async {

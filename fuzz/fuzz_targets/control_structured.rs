@@ -23,7 +23,7 @@ use rdma_probe_exporter::control::codec::{
 };
 use rdma_probe_exporter::control::message::{
     escape_unsafe_chars, is_unsafe_char, BurstOutcome, BurstResult, Identity, IdentityDevice,
-    Message, QpEndpoint, RemoteRegion, SessionAccept, SessionRequest, MAX_IDENTITY_DEVICES,
+    Message, PingEndpoint, QpEndpoint, RemoteRegion, SessionAccept, SessionRequest, MAX_IDENTITY_DEVICES,
     MAX_IDENTITY_LABELS, MAX_MESSAGE_SIZE, MAX_NAME_LEN, MAX_QPS, VALID_MTUS,
 };
 use rdma_probe_exporter::reason::ErrorReason;
@@ -147,6 +147,11 @@ fn session_request(u: &mut Unstructured) -> Result<SessionRequest> {
         link_rate_bits_per_second: u.arbitrary()?,
         traffic_class: u.arbitrary()?,
         service_level: near(u, &[0, 15, 16])?,
+        ping_qpn: if u.arbitrary()? {
+            Some(near(u, &[1, 0x00ff_ffff, 0, 0x0100_0000, u32::MAX])?)
+        } else {
+            None
+        },
     })
 }
 
@@ -174,6 +179,14 @@ fn session_accept(u: &mut Unstructured) -> Result<SessionAccept> {
         regions,
         mtu: mtu(u)?,
         link_rate_bits_per_second: u.arbitrary()?,
+        ping: if u.arbitrary()? {
+            Some(PingEndpoint {
+                qpn: near(u, &[1, 0x00ff_ffff, 0, 0x0100_0000, u32::MAX])?,
+                key_id: u.arbitrary()?,
+            })
+        } else {
+            None
+        },
     })
 }
 

@@ -58,6 +58,7 @@ pub(crate) struct RawConfig {
     pub selection: Option<Spanned<RawSelection>>,
     pub schedule: Option<Spanned<RawSchedule>>,
     pub series: Option<Spanned<RawSeries>>,
+    pub ping: Option<Spanned<RawPing>>,
     pub limits: Option<Spanned<RawLimits>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
@@ -279,6 +280,16 @@ pub(crate) struct RawSchedule {
 pub(crate) struct RawSeries {
     pub budget: Option<Scalar>,
     pub ttl: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPing {
+    pub interval: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    pub window: Option<Scalar>,
+    pub max_rate: Option<Scalar>,
+    pub max_paths: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -88,6 +88,7 @@ pub struct Config {
     pub(super) selection: Selection,
     pub(super) schedule: Schedule,
     pub(super) series: Series,
+    pub(super) ping: Ping,
     pub(super) limits: Limits,
 }
 
@@ -185,6 +186,11 @@ impl Config {
         &self.schedule
     }
 
+    /// The pings beside the bursts (docs/config.md, "ping").
+    pub fn ping(&self) -> &Ping {
+        &self.ping
+    }
+
     /// The series budget (docs/metrics.md, "Series budget").
     pub fn series(&self) -> &Series {
         &self.series
@@ -214,6 +220,43 @@ impl Default for Series {
         }
     }
 }
+
+/// How this node pings the paths its bursts reach (docs/architecture.md, "Pings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ping {
+    /// Each path's ping period; `None` (`interval: off`): no pings sent, none answered.
+    pub interval: Option<Duration>,
+    /// A ping without both answers after this is lost.
+    pub timeout: Duration,
+    /// The RTT quantiles cover this much of the past.
+    pub window: Duration,
+    /// The most pings a second one device sends.
+    pub max_rate: u32,
+    /// The most paths one device pings.
+    pub max_paths: usize,
+}
+
+impl Default for Ping {
+    fn default() -> Self {
+        Ping {
+            interval: Some(Duration::from_secs(5)),
+            timeout: Duration::from_secs(1),
+            window: Duration::from_secs(60),
+            max_rate: 1000,
+            max_paths: 1024,
+        }
+    }
+}
+
+/// Shortest and longest ping interval, timeout and window accepted.
+pub const PING_INTERVALS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(3600);
+pub const PING_TIMEOUTS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(60);
+pub const MAX_PING_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Largest `ping.max_rate` and `ping.max_paths` accepted.
+pub const MAX_PING_RATE: u64 = 100_000;
+pub const MAX_PING_PATHS: u64 = 100_000;
 
 /// Largest series budget accepted.
 pub const MAX_SERIES_BUDGET: u64 = 10_000_000;

@@ -915,3 +915,46 @@ proptest! {
         let _ = load(&minimal(&text));
     }
 }
+
+#[test]
+fn the_ping_section_has_defaults_bounds_and_off() {
+    let c = ok(&minimal(""));
+    assert_eq!(*c.ping(), Ping::default());
+    assert_eq!(c.ping().interval, Some(Duration::from_secs(5)));
+    assert_eq!(
+        *ok(EXAMPLE.replace("${NODE_NAME}", "n").as_str()).ping(),
+        Ping::default()
+    );
+    let c = ok(&minimal(
+        "ping: {interval: 100ms, timeout: 500ms, window: 10s, max_rate: 50, max_paths: 8}\n",
+    ));
+    let p = c.ping();
+    assert_eq!(p.interval, Some(Duration::from_millis(100)));
+    assert_eq!(p.timeout, Duration::from_millis(500));
+    assert_eq!(p.window, Duration::from_secs(10));
+    assert_eq!((p.max_rate, p.max_paths), (50, 8));
+    assert_eq!(
+        ok(&minimal("ping: {interval: off}\n")).ping().interval,
+        None
+    );
+    // A window shorter than the interval or the timeout would never hold a ping: the default
+    // window grows to the larger of both, a written one is refused.
+    assert_eq!(
+        ok(&minimal("ping: {interval: 2m}\n")).ping().window,
+        Duration::from_secs(120)
+    );
+    for (bad, says) in [
+        ("{interval: 10ms}", "ping.interval"),
+        ("{interval: sometimes}", "ping.interval"),
+        ("{timeout: 0s}", "ping.timeout"),
+        ("{interval: 10s, window: 5s}", "ping.window"),
+        ("{max_rate: 0}", "ping.max_rate"),
+        ("{max_paths: 1000000}", "ping.max_paths"),
+        ("{intervall: 5s}", "intervall"),
+    ] {
+        let e = load(&minimal(&format!("ping: {bad}\n")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

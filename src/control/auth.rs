@@ -45,6 +45,7 @@ use super::codec::PROTOCOL_VERSION;
 use super::message::MAX_KEYS;
 use super::message::{Nonce, Proof};
 use super::seal::{FrameKeys, Role};
+use crate::ping::packet::PingKey;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -401,6 +402,16 @@ impl AgreedKey<'_> {
                 role,
             )
         })
+    }
+
+    /// The key that tags this session's pings (`transcript` after the server's proofs), both
+    /// directions; with `auth: none` the public one ([`PingKey::unauthenticated`]).
+    pub fn ping_key(&self, transcript: &Transcript) -> PingKey {
+        if self.protect {
+            PingKey::derive(self.schedule.frame_secret.as_ref(), transcript.as_bytes())
+        } else {
+            PingKey::unauthenticated()
+        }
     }
 
     /// The client's proof for this handshake (`transcript` after the server's proofs).

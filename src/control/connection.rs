@@ -26,6 +26,7 @@ use super::auth::{self, AuthMode, OwnHello, Transcript};
 use super::codec::{self, CodecError};
 use super::message::{Identity, Message};
 use super::seal::{FrameKeys, Role, SealError};
+use crate::ping::packet::PingKey;
 use crate::reason::ErrorReason;
 
 /// Bytes read from the socket per `read` call. Frames are small; this bounds the buffer at
@@ -155,6 +156,8 @@ pub struct Connection {
     /// This connection's frame keys, from the end of the handshake on (`None` before it, and for
     /// good with `auth: none`): every frame sent is sealed, every frame received must open.
     keys: Option<FrameKeys>,
+    /// The key of this session's pings, from the end of the handshake on.
+    ping_key: Option<PingKey>,
     /// Received bytes not yet decoded; never more than `MAX_FRAME_LEN + READ_CHUNK`.
     buf: Vec<u8>,
     /// The incoming stream is out of sync (framing error, EOF, read error): no more receiving,
@@ -235,6 +238,7 @@ impl Connection {
             peer,
             target: peer.map(|p| p.to_string()).unwrap_or_default(),
             keys: None,
+            ping_key: None,
             buf: Vec::new(),
             rx_broken: false,
             tx_broken: false,
@@ -249,6 +253,12 @@ impl Connection {
     /// Whether frames are protected (from the end of a handshake with a pre-shared key on).
     pub fn is_protected(&self) -> bool {
         self.keys.is_some()
+    }
+
+    /// The key that tags this session's pings (both ends derive the same), once the handshake
+    /// succeeded.
+    pub fn ping_key(&self) -> Option<&PingKey> {
+        self.ping_key.as_ref()
     }
 
     /// The frame `msg` becomes: sealed once the handshake agreed on keys, clear before.
@@ -483,6 +493,7 @@ pub async fn client_handshake(
     conn.send_before(&Message::Authenticate { client_proof }, until, deadline)
         .await?;
     conn.keys = key.frame_keys(&transcript, Role::Prober);
+    conn.ping_key = Some(key.ping_key(&transcript));
     match conn.recv_before(until, deadline).await? {
         Message::AuthOk { identity } => Ok(identity),
         other => Err(ControlError::unexpected("auth_ok", other)),
@@ -561,6 +572,7 @@ pub async fn server_handshake(
         ));
     };
     conn.keys = key.frame_keys(&transcript, Role::Responder);
+    conn.ping_key = Some(key.ping_key(&transcript));
     let auth_ok = Message::AuthOk {
         identity: identity.cloned(),
     };

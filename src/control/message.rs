@@ -371,6 +371,10 @@ pub struct SessionRequest {
     pub traffic_class: u8,
     #[serde(default)]
     pub service_level: u8,
+    /// The prober device's ping QP (absent from a prober without pings): the responder answers
+    /// its pings at the GID of `endpoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping_qpn: Option<u32>,
 }
 
 /// What the responder set up for a [`SessionRequest`].
@@ -388,6 +392,19 @@ pub struct SessionAccept {
     pub mtu: u32,
     /// The responder port's link rate, if known.
     pub link_rate_bits_per_second: Option<u64>,
+    /// Where the responder device answers pings (absent from a responder without pings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping: Option<PingEndpoint>,
+}
+
+/// The responder device's UD QP that answers pings, on the same port and GID as the session's
+/// QPs, and the id of the ping key this session agreed on (docs/architecture.md, "Pings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PingEndpoint {
+    /// UD QP number (24 bits).
+    pub qpn: u32,
+    /// Which key tags this session's pings (the responder's name for it).
+    pub key_id: u32,
 }
 
 /// The addressing information of one RC QP, exchanged like perftest does.
@@ -566,6 +583,7 @@ impl SessionRequest {
             ));
         }
         check_mtu("session_request.mtu", self.mtu)?;
+        check_ping_qpn("session_request.ping_qpn", self.ping_qpn)?;
         check_endpoints("session_request", &self.endpoints)
     }
 }
@@ -589,6 +607,7 @@ impl SessionAccept {
             return Err(format!("session_accept.regions[{i}] is empty"));
         }
         check_mtu("session_accept.mtu", self.mtu)?;
+        check_ping_qpn("session_accept.ping.qpn", self.ping.map(|p| p.qpn))?;
         check_endpoints("session_accept", &self.endpoints)
     }
 }
@@ -635,6 +654,16 @@ fn check_mtu(field: &str, mtu: u32) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{field} must be one of {VALID_MTUS:?}, got {mtu}"))
+    }
+}
+
+/// A UD QP number is 24 bits, and 0 is the special QP0.
+fn check_ping_qpn(field: &str, qpn: Option<u32>) -> Result<(), String> {
+    match qpn {
+        Some(q) if q == 0 || q > 0x00ff_ffff => {
+            Err(format!("{field} {q} is not a 24-bit QP number"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -34,6 +34,6 @@ pub use auth::{AuthMode, Keys, Psk, PskError};
 pub use codec::{decode, encode, CodecError, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use connection::{client_handshake, connect, server_handshake, Connection, ControlError};
 pub use message::{
-    BurstOutcome, BurstResult, Identity, IdentityDevice, Message, QpEndpoint, RemoteRegion,
-    SessionAccept, SessionRequest, MAX_QPS,
+    BurstOutcome, BurstResult, Identity, IdentityDevice, Message, PingEndpoint, QpEndpoint,
+    RemoteRegion, SessionAccept, SessionRequest, MAX_QPS,
 };

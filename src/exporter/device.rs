@@ -9,10 +9,12 @@ use tokio::sync::{mpsc, watch};
 
 use super::paths::PathSpec;
 use crate::config::{Device, PeerMode};
+use crate::metrics::probe::PathLabels;
 use crate::perftest::{probe_perftest_on, PerftestOptions};
 use crate::prober::{
     device_placement, BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession,
 };
+use crate::responder::DevicePinger;
 use crate::schedule::PathKey;
 use crate::verbs::Context;
 
@@ -49,12 +51,18 @@ pub struct DeviceWorker {
     ctx: Context,
     burst: BurstWorker,
     sessions: BTreeMap<PathKey, (PathSpec, WarmSession)>,
+    /// The device's ping engine, and the paths it was told to ping by their labels.
+    pinger: Option<DevicePinger>,
+    pinged: BTreeMap<PathKey, PathLabels>,
 }
 
 impl DeviceWorker {
     /// Opens the device and its port (and checks a configured GID index), and starts its burst
     /// thread.
-    pub async fn open(device: &Device) -> Result<DeviceWorker, ProbeError> {
+    pub async fn open(
+        device: &Device,
+        pinger: Option<DevicePinger>,
+    ) -> Result<DeviceWorker, ProbeError> {
         let ctx = Context::open(Some(&device.name), device.port)?;
         if let Some(index) = device.gid_index.index() {
             ctx.gid(index)?;
@@ -64,6 +72,8 @@ impl DeviceWorker {
             ctx,
             burst: BurstWorker::start(placement)?,
             sessions: BTreeMap::new(),
+            pinger,
+            pinged: BTreeMap::new(),
         })
     }
 
@@ -104,6 +114,8 @@ impl DeviceWorker {
                         }
                         outcome = self.probe(*spec, &request) => outcome,
                     };
+                    let mut outcome = outcome;
+                    self.ping(&key, &mut outcome);
                     tracing::debug!(
                         path = %key,
                         ran = outcome.report.is_some(),
@@ -136,17 +148,48 @@ impl DeviceWorker {
             return probe_perftest_peer(ctx, burst, &spec, request).await;
         }
         let key = spec.key.clone();
+        let ping_qpn = self.pinger.as_ref().map(DevicePinger::qpn);
         let (_, warm) = self.sessions.entry(key).or_insert_with(|| {
             let warm =
                 WarmSession::on_device(self.ctx.clone(), self.burst.clone(), spec.settings.clone());
+            let warm = match ping_qpn {
+                Some(qpn) => warm.with_pings(qpn),
+                None => warm,
+            };
             (spec, warm)
         });
         warm.burst_with(request).await
     }
 
+    /// Tells the ping engine where `key`'s pings go, as the probe's session learnt it.
+    fn ping(&mut self, key: &PathKey, outcome: &mut ProbeOutcome) {
+        let (Some(pinger), Some(target), Some(peer_device)) =
+            (&self.pinger, outcome.ping.take(), &outcome.peer_device)
+        else {
+            return;
+        };
+        let labels = PathLabels {
+            device: key.device.clone(),
+            peer: key.peer.clone(),
+            peer_device: peer_device.clone(),
+        };
+        if let Some(old) = self.pinged.insert(key.clone(), labels.clone()) {
+            if old != labels {
+                // The peer answers from another device now: the old series go.
+                let keep = self.pinged.values().cloned().collect();
+                pinger.retain(keep);
+            }
+        }
+        pinger.confirm(labels, target);
+    }
+
     async fn retain(&mut self, specs: Vec<PathSpec>) {
         let wanted: BTreeMap<PathKey, PathSpec> =
             specs.into_iter().map(|s| (s.key.clone(), s)).collect();
+        if let Some(pinger) = &self.pinger {
+            self.pinged.retain(|key, _| wanted.contains_key(key));
+            pinger.retain(self.pinged.values().cloned().collect());
+        }
         let stale: Vec<PathKey> = self
             .sessions
             .iter()

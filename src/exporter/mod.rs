@@ -39,12 +39,14 @@ use crate::config::{Config, Device, Devices, GidIndex};
 use crate::control::{AuthMode, PskError};
 use crate::http::{self, ExporterPages};
 use crate::memlock::{self, Allowance, MemlockError, Need};
+use crate::metrics::probe::ProbeEvent;
 use crate::metrics::Metrics;
+use crate::ping::{PingSettings, Pinger};
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
 use crate::readiness::Readiness;
 use crate::reload::ReloadRequest;
-use crate::responder::{self, ResponderSettings, ServedDevice};
+use crate::responder::{self, DevicePinger, ResponderSettings, ServedDevice};
 use crate::schedule::{seed_from_name, ScheduleConfig, Scheduler};
 use crate::verbs::VerbsError;
 
@@ -121,17 +123,20 @@ pub async fn run(
     let paths = recorder.snapshot();
     let recorder_task = tokio::spawn(recorder.run(events_rx));
 
+    let pingers = start_pingers(&config, &devices, &events);
+
     let (stop, stop_rx) = watch::channel(false);
     let (finished, finished_rx) = mpsc::channel(EVENT_QUEUE);
     let mut workers = BTreeMap::new();
     let mut worker_tasks = Vec::new();
     for device in &devices {
-        let worker = device::DeviceWorker::open(device).await.map_err(|error| {
-            ExporterError::OpenDevice {
+        let pinger = pingers.get(&device.name).cloned();
+        let worker = device::DeviceWorker::open(device, pinger)
+            .await
+            .map_err(|error| ExporterError::OpenDevice {
                 device: device.name.clone(),
                 error,
-            }
-        })?;
+            })?;
         let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         workers.insert(device.name.clone(), commands);
         worker_tasks.push(tokio::spawn(worker.run(
@@ -150,7 +155,7 @@ pub async fn run(
     };
     let mut responder_task = tokio::spawn(responder::run(
         listeners.control,
-        responder_settings(&config, &devices, auth.clone()),
+        responder_settings(&config, &devices, auth.clone(), pingers),
         metrics.responder.clone(),
         readiness.clone(),
         stopped(stop_rx.clone()),
@@ -242,6 +247,44 @@ pub async fn run(
     }
 }
 
+/// A ping engine per local device (none with `ping.interval: off`). A device whose engine does
+/// not start is probed and served without pings, as the log says.
+fn start_pingers(
+    config: &Config,
+    devices: &[Device],
+    events: &mpsc::Sender<ProbeEvent>,
+) -> BTreeMap<String, DevicePinger> {
+    let ping = config.ping();
+    let Some(interval) = ping.interval else {
+        return BTreeMap::new();
+    };
+    let settings = PingSettings {
+        interval,
+        timeout: ping.timeout,
+        window: ping.window,
+        max_rate: ping.max_rate,
+        ttl: config.series().ttl,
+        max_paths: ping.max_paths,
+    };
+    let mut pingers = BTreeMap::new();
+    for device in devices {
+        let events = events.clone();
+        // A full queue drops a report: the next one carries the same totals.
+        let reports = Box::new(move |reports| {
+            let _ = events.try_send(ProbeEvent::Pings(reports));
+        });
+        match Pinger::start(&device.name, device.port, settings, reports) {
+            Ok(pinger) => {
+                pingers.insert(device.name.clone(), pinger);
+            }
+            Err(e) => {
+                tracing::warn!(device = %device.name, error = %e, "no ping engine: the device's paths are probed by bursts only");
+            }
+        }
+    }
+    pingers
+}
+
 /// Refuses to start when RLIMIT_MEMLOCK cannot hold what the config's sessions may pin: the
 /// sessions served (within `limits`) and one warm session per path of a selection round (every
 /// round selects as many).
@@ -292,7 +335,12 @@ fn local_devices(config: &Config) -> Result<Vec<Device>, ExporterError> {
     }
 }
 
-fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> ResponderSettings {
+fn responder_settings(
+    config: &Config,
+    devices: &[Device],
+    auth: AuthMode,
+    pingers: BTreeMap<String, DevicePinger>,
+) -> ResponderSettings {
     ResponderSettings {
         node_name: config.node().to_owned(),
         labels: paths::own_labels(config),
@@ -311,5 +359,6 @@ fn responder_settings(config: &Config, devices: &[Device], auth: AuthMode) -> Re
         idle_timeout: IDLE_TIMEOUT,
         io_timeout: config.defaults().timeout(),
         rdma_networks: config.rdma_networks().to_vec(),
+        pingers,
     }
 }

@@ -663,6 +663,9 @@ impl Service {
         if old.discovery() != new.discovery() {
             changed.push("discovery");
         }
+        if old.ping() != new.ping() {
+            changed.push("ping");
+        }
         if old.rdma_networks() != new.rdma_networks() {
             // The probes follow the new list at once; the responder's check keeps the old one.
             changed.push("rdma_networks (the responder's check)");

@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod discovery;
+pub mod ping;
 pub mod port;
 pub mod probe;
 pub mod process;

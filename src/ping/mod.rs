@@ -14,8 +14,16 @@
 //! - [`path`]: a prober's pings of one path: outstanding pings, answers, losses at the timeout,
 //!   and the quantiles of a sliding window.
 //!
-//! The ping engine (UD QPs in the device worker) and its metrics build on these.
+//! - [`schedule`]: when each target is pinged (interval, jitter, the device's rate cap) and how
+//!   long it stays a target.
+//!
+//! And the I/O around them, [`engine`]: a thread per device with one UD QP that pings the
+//! device's targets and answers other nodes' pings.
 
 pub mod delay;
+pub mod engine;
 pub mod packet;
 pub mod path;
+pub mod schedule;
+
+pub use engine::{PingReport, PingReports, PingSettings, PingTarget, Pinger, PING_QKEY};

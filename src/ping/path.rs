@@ -2,9 +2,11 @@
 //! sliding window.
 //!
 //! A ping is outstanding from its post until its send completion and both answers arrived, in
-//! any order (then it is a sample), or `timeout` passed (then it is lost, whatever arrives
-//! later). An answer that matches no outstanding ping (a late one, a duplicate, a replay of an old one) is counted as unexpected and
-//! dropped, never measured. Samples older than `window` leave the window; the quantiles are
+//! any order (then it is a sample), or `timeout` passed. At the timeout a ping whose first
+//! answer (the ack) never came is lost, whatever arrives later; one whose ack came but not the
+//! responder's delay was answered (the path carried it both ways) and gives no sample. An
+//! answer that matches no outstanding ping (a late one, a duplicate, a replay of an old one) is
+//! counted as unexpected and dropped, never measured. Samples older than `window` leave the window; the quantiles are
 //! nearest-rank over what is left. Everything is bounded: at most [`MAX_OUTSTANDING`] pings wait
 //! (a path that sends faster than it times out loses its oldest), and the window holds what one
 //! `window` of pings gives.
@@ -133,6 +135,14 @@ impl PathPings {
         seq
     }
 
+    /// Ping `seq` was never sent (its post failed): forgotten, as if [`Self::on_posted`] had not
+    /// been called, so a local failure is not counted as a loss of the path.
+    pub fn cancel(&mut self, seq: u64) {
+        if self.outstanding.remove(&seq).is_some() {
+            self.counts.sent -= 1;
+        }
+    }
+
     /// The send of ping `seq` completed at `completed` (device clock), at the caller's time
     /// `now`.
     pub fn on_send_completed(&mut self, now: Duration, seq: u64, completed: u64) -> Answer {
@@ -197,10 +207,13 @@ impl PathPings {
     /// window, as of `now`.
     pub fn expire(&mut self, now: Duration) {
         let timeout = self.timeout;
-        let before = self.outstanding.len();
-        self.outstanding
-            .retain(|_, p| now.saturating_sub(p.posted_at) < timeout);
-        self.counts.lost += (before - self.outstanding.len()) as u64;
+        let mut lost = 0;
+        self.outstanding.retain(|_, p| {
+            let waiting = now.saturating_sub(p.posted_at) < timeout;
+            lost += u64::from(!waiting && p.acked.is_none());
+            waiting
+        });
+        self.counts.lost += lost;
         while self
             .samples
             .front()
@@ -345,18 +358,37 @@ mod tests {
             p.on_answer(ms(501), &answer(Kind::Ack, 0, 0), 9, 9),
             Answer::Unexpected
         );
-        // Half answered is lost too.
+        // Acked but without the responder's delay: answered, not lost, and no sample.
         sent(&mut p, ms(600), 0, 0);
         p.on_answer(ms(601), &answer(Kind::Ack, 1, 0), 9, 9);
         p.expire(ms(1_100));
+        assert_eq!(p.summary(), None);
+        // Only the delay: the ack was lost, so the ping was.
+        sent(&mut p, ms(1_200), 0, 0);
+        p.on_answer(ms(1_201), &answer(Kind::Delay, 2, 5), 0, 0);
+        p.expire(ms(1_700));
         assert_eq!(
             p.counts(),
             Counts {
-                sent: 2,
+                sent: 3,
                 lost: 2,
                 unexpected: 1,
                 invalid: 0
             }
+        );
+    }
+
+    #[test]
+    fn a_ping_whose_post_failed_is_neither_sent_nor_lost() {
+        let mut p = path();
+        let seq = p.on_posted(Duration::ZERO, 0);
+        p.cancel(seq);
+        p.cancel(seq);
+        p.expire(ms(10_000));
+        assert_eq!(p.counts(), Counts::default());
+        assert_eq!(
+            p.on_answer(ms(1), &answer(Kind::Ack, seq, 0), 9, 9),
+            Answer::Unexpected
         );
     }
 

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::burst::BurstReport;
 use crate::control::message::Identity;
+use crate::ping::PingTarget;
 use crate::port::OtherTraffic;
 use crate::reason::ErrorReason;
 
@@ -52,6 +53,10 @@ pub struct ProbeOutcome {
     pub local_other_traffic: Option<OtherTraffic>,
     /// The same for the responder's port, from the increases it returned.
     pub remote_other_traffic: Option<OtherTraffic>,
+    /// Where the path's pings go, as this burst's session learnt it (for the device's ping
+    /// engine; not printed).
+    #[serde(skip)]
+    pub ping: Option<PingTarget>,
     /// Time from asking for a burst on a warm session to its first WRITE.
     pub burst_start_seconds: Option<f64>,
     /// Wall time the burst thread spent inside `ibv_post_send` (see `BurstTiming::posting`).

@@ -8,17 +8,19 @@ use crate::burst::run::burst_deadline;
 use crate::burst::{pattern, BurstPlan};
 use crate::control::message::Identity;
 use crate::control::{
-    client_handshake, connect, BurstOutcome, Connection, ControlError, Message, SessionRequest,
+    client_handshake, connect, BurstOutcome, Connection, ControlError, Message, SessionAccept,
+    SessionRequest,
 };
 use crate::cpu_time::process_cpu_seconds;
 use crate::flow::{self, FlowLabels};
+use crate::ping::PingTarget;
 use crate::placement;
 use crate::port::{
     self, BurstEnd, BurstTraffic, CounterIncrease, CounterReader, IncreaseStatus, OtherTraffic,
 };
 use crate::reason::ErrorReason;
 use crate::session::{QpSet, QpSetShape};
-use crate::verbs::{Context, PathMtu, RemoteAccess, RemoteAddr};
+use crate::verbs::{Context, PathMtu, RemoteAccess, RemoteAddr, Route};
 
 use super::checks::{check_rail, check_responder_address, ensure_port_active};
 use super::slots::wanted_slots;
@@ -59,6 +61,32 @@ pub struct Session {
     counters: Option<CounterReader>,
     /// The responder ended the session before a burst (idle timeout): rebuild, not a failure.
     pub(super) closed_by_responder: bool,
+    /// Where this path's pings go, when both ends run ping engines.
+    ping: Option<PingTarget>,
+}
+
+/// Where the path's pings go, from the responder's answer: its device's ping QP on the GID of
+/// the session's QPs (already checked against `rdma_networks`), tagged with the session's key.
+/// `None` when the responder runs no ping engine or the port has no GID.
+fn ping_target(
+    accept: &SessionAccept,
+    set: &QpSet,
+    conn: &Connection,
+    traffic_class: u8,
+) -> Option<PingTarget> {
+    let endpoint = accept.ping?;
+    Some(PingTarget {
+        route: Route {
+            port: set.ctx.port(),
+            sgid_index: u8::try_from(set.sgid_index()?).ok()?,
+            gid: accept.endpoints.first()?.gid,
+            hop_limit: 64,
+            traffic_class,
+        },
+        qpn: endpoint.qpn,
+        key_id: endpoint.key_id,
+        key: conn.ping_key()?.clone(),
+    })
 }
 
 impl Session {
@@ -74,6 +102,7 @@ impl Session {
         worker: BurstWorker,
         settings: &ProbeSettings,
         peer: &mut Option<Identity>,
+        ping_qpn: Option<u32>,
     ) -> Result<Session, ProbeError> {
         let started = Instant::now();
         ensure_port_active(&mut ctx)?;
@@ -127,6 +156,7 @@ impl Session {
             link_rate_bits_per_second: local_rate,
             traffic_class: settings.traffic_class,
             service_level: settings.service_level,
+            ping_qpn,
         });
         let accept = match conn.request(&request, settings.timeout).await? {
             Message::SessionAccept(a) => a,
@@ -142,6 +172,7 @@ impl Session {
         }
         check_responder_address(&set, &conn, &accept.endpoints, &settings.rdma_networks)?;
         let mtu = set.path_mtu(accept.mtu, settings.mtu);
+        let ping = ping_target(&accept, &set, &conn, settings.traffic_class);
         let flows = FlowLabels::random();
         set.connect(
             &accept.endpoints,
@@ -185,6 +216,7 @@ impl Session {
             worker,
             counters,
             closed_by_responder: false,
+            ping,
         })
     }
 
@@ -221,6 +253,7 @@ impl Session {
             qps: self.settings.qps,
             local_link_rate_bits_per_second: self.local_rate,
             peer_link_rate_bits_per_second: self.peer_rate,
+            ping: self.ping.clone(),
             ..ProbeOutcome::default()
         };
         let cpu_before = process_cpu_seconds();

@@ -18,6 +18,8 @@ pub struct WarmSession {
     session: Option<Session>,
     /// What the responder said about itself at the last handshake that got that far.
     peer: Option<Identity>,
+    /// The local device's ping QP, told to the responder in every session request.
+    ping_qpn: Option<u32>,
 }
 
 impl WarmSession {
@@ -28,6 +30,7 @@ impl WarmSession {
             device: None,
             session: None,
             peer: None,
+            ping_qpn: None,
         }
     }
 
@@ -38,7 +41,15 @@ impl WarmSession {
             device: Some((ctx, worker)),
             session: None,
             peer: None,
+            ping_qpn: None,
         }
+    }
+
+    /// Tells the responders of this path's sessions where the local device's pings come from, so
+    /// that they answer them and say where to send them (`ProbeOutcome::ping`).
+    pub fn with_pings(mut self, ping_qpn: u32) -> Self {
+        self.ping_qpn = Some(ping_qpn);
+        self
     }
 
     /// Runs one burst as the settings describe it, (re)building the session first when needed.
@@ -96,7 +107,7 @@ impl WarmSession {
                 self.device.insert((ctx, worker)).clone()
             }
         };
-        Session::establish(ctx, worker, &self.settings, &mut self.peer).await
+        Session::establish(ctx, worker, &self.settings, &mut self.peer, self.ping_qpn).await
     }
 
     /// Says goodbye to the responder (best effort) and releases everything.

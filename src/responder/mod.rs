@@ -29,6 +29,7 @@ mod session;
 mod test_support;
 mod verify;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,9 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Labels;
 use crate::control::{AuthMode, Connection, Message};
+use crate::metrics::probe::PathLabels;
 use crate::metrics::ResponderMetrics;
+use crate::ping::Pinger;
 use crate::rdma_address::RdmaDestinations;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
@@ -91,7 +94,13 @@ pub struct ResponderSettings {
     /// Networks a prober's RDMA address may be in besides the address its control connection
     /// came from (`rdma_networks`; docs/security.md, "Where RDMA traffic goes").
     pub rdma_networks: Vec<IpNet>,
+    /// The ping engines of the served devices, by device name: a session on a device that has
+    /// one learns the prober's ping QP and answers its pings (docs/architecture.md, "Pings").
+    pub pingers: BTreeMap<String, DevicePinger>,
 }
+
+/// A device's ping engine as the exporter runs it (its paths named by their metric labels).
+pub type DevicePinger = Pinger<PathLabels>;
 
 /// Why the responder could not run at all (per-session failures are logged, not returned).
 #[derive(Debug, Error)]
@@ -127,7 +136,7 @@ pub async fn run(
     readiness: Readiness,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ResponderError> {
-    let devices = open_devices(&settings.devices)?;
+    let devices = open_devices(&settings.devices, &settings.pingers)?;
     // Dropping the set (however `run` ends) stops the watchers.
     let mut port_watches = tokio::task::JoinSet::new();
     let mut conditions = Vec::with_capacity(devices.len());

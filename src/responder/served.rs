@@ -1,5 +1,6 @@
 //! The devices a responder serves, opened once at start, and the state every session shares.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::verbs::Context;
 use super::admission::Admission;
 use super::failure::{failure, RefusalLog, SessionFailure};
 use super::select::{select_device, DeviceRail, SelectError};
-use super::{ResponderError, ResponderSettings, ServedDevice};
+use super::{DevicePinger, ResponderError, ResponderSettings, ServedDevice};
 
 /// A device being served: its context, and the state its sessions share.
 pub(super) struct Served {
@@ -26,6 +27,8 @@ pub(super) struct Served {
     pub(super) burst_claim: Arc<AtomicBool>,
     /// Where the memory of its sessions is registered (docs/architecture.md, "NUMA placement").
     pub(super) placement: Placement,
+    /// The device's ping engine, if it runs one.
+    pub(super) pinger: Option<DevicePinger>,
 }
 
 impl Served {
@@ -96,7 +99,10 @@ impl Shared {
 
 /// Opens every device of `devices` (the first failure is the error) and checks that no device
 /// and no rail is served twice.
-pub(super) fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>, ResponderError> {
+pub(super) fn open_devices(
+    devices: &[ServedDevice],
+    pingers: &BTreeMap<String, DevicePinger>,
+) -> Result<Vec<Arc<Served>>, ResponderError> {
     if devices.is_empty() {
         return Err(ResponderError::NoDevices);
     }
@@ -110,11 +116,13 @@ pub(super) fn open_devices(devices: &[ServedDevice]) -> Result<Vec<Arc<Served>>,
         if placement.cpus().is_some() {
             tracing::info!(device = ctx.device_name(), %placement, "session memory on the NIC's NUMA node");
         }
+        let name = ctx.device_name().to_owned();
         let opened = Served {
             ctx,
             rail: device.rail,
             gid_index: device.local.gid_index,
             burst_claim: Arc::new(AtomicBool::new(false)),
+            pinger: pingers.get(&name).cloned(),
             placement,
         };
         let known: Vec<_> = served.iter().map(|d| d.identity()).collect();

@@ -6,17 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::{
-    BurstOutcome, BurstResult, Connection, ControlError, Message, RemoteRegion, SessionAccept,
-    SessionRequest,
+    BurstOutcome, BurstResult, Connection, ControlError, Message, PingEndpoint, RemoteRegion,
+    SessionAccept, SessionRequest,
 };
 use crate::metrics::SessionResult;
+use crate::ping::packet::PingKey;
 use crate::placement;
 use crate::port::{self, CounterReader, CounterSnapshot, Sysfs};
 use crate::prober::read_counters;
 use crate::rdma_address::RdmaDestinations;
 use crate::reason::ErrorReason;
 use crate::session::{PathOptions, QpSet, QpSetShape};
-use crate::verbs::RemoteAccess;
+use crate::verbs::{RemoteAccess, Route};
 
 use super::failure::{failure, SessionFailure};
 use super::memory::{granted_slots, reserve_session_memory, PinnedReservation};
@@ -116,7 +117,7 @@ impl SessionHandler {
                 Err(e) => return Err(e.into()),
             };
             let reply = match msg {
-                Message::SessionRequest(request) => self.on_session_request(&request).await?,
+                Message::SessionRequest(request) => self.on_session_request(conn, &request).await?,
                 Message::BurstStart {
                     burst_id,
                     seed,
@@ -180,6 +181,7 @@ impl SessionHandler {
 
     async fn on_session_request(
         &mut self,
+        conn: &Connection,
         request: &SessionRequest,
     ) -> Result<Message, SessionFailure> {
         if self.active.is_some() {
@@ -193,9 +195,17 @@ impl SessionHandler {
         let shared = Arc::clone(&self.shared);
         let request_copy = request.clone();
         let destinations = self.destinations.clone();
+        let ping_key = conn.ping_key().cloned();
         // Registering (pinning) a large region is a blocking system call.
         let (accept, active) = tokio::task::spawn_blocking(move || {
-            open_session(&shared, &device, &request_copy, &destinations, pinned)
+            open_session(
+                &shared,
+                &device,
+                &request_copy,
+                &destinations,
+                pinned,
+                ping_key,
+            )
         })
         .await
         .map_err(|e| failure(ErrorReason::QpSetup, format!("session setup task: {e}")))??;
@@ -330,6 +340,31 @@ impl SessionHandler {
     }
 }
 
+/// Where the prober's pings go on this device, once its ping engine was told to answer them
+/// (back along the prober's GID, already checked against `rdma_networks`, in the prober's traffic
+/// class): `None` when the device runs no ping engine, the prober sends no pings, or the port has
+/// no GID (pings are datagrams with a GRH).
+fn answer_pings(
+    device: &Served,
+    request: &SessionRequest,
+    set: &QpSet,
+    key: Option<PingKey>,
+) -> Option<PingEndpoint> {
+    let pinger = device.pinger.as_ref()?;
+    let route = Route {
+        port: set.ctx.port(),
+        sgid_index: u8::try_from(set.sgid_index()?).ok()?,
+        gid: request.endpoints.first()?.gid,
+        hop_limit: 64,
+        traffic_class: request.traffic_class,
+    };
+    let key_id = pinger.answer(route, request.ping_qpn?, key?);
+    Some(PingEndpoint {
+        qpn: pinger.qpn(),
+        key_id,
+    })
+}
+
 /// Allocates the session's MR and QPs, connects them to the prober's (RTR only: the responder
 /// never sends), and builds the answer. Re-reads the port first: its state, MTU, rate and LID
 /// may have changed since the responder started.
@@ -339,6 +374,7 @@ fn open_session(
     request: &SessionRequest,
     destinations: &RdmaDestinations,
     pinned: PinnedReservation,
+    ping_key: Option<PingKey>,
 ) -> Result<(SessionAccept, Active), SessionFailure> {
     let settings = &shared.settings;
     let mut ctx = device.ctx.clone();
@@ -387,6 +423,7 @@ fn open_session(
         regions,
         mtu: mtu.bytes(),
         link_rate_bits_per_second: set.ctx.port_info().link_rate_bits_per_second,
+        ping: answer_pings(device, request, &set, ping_key),
     };
     let counters = match Sysfs::system().counter_reader(set.ctx.device_name(), set.ctx.port()) {
         Ok(reader) => Some(reader),

@@ -31,6 +31,7 @@ pub(super) fn settings(max_sessions: usize, max_handshakes: usize) -> ResponderS
         idle_timeout: Duration::from_secs(60),
         io_timeout: Duration::from_millis(800),
         rdma_networks: Vec::new(),
+        pingers: Default::default(),
     }
 }
 
@@ -75,5 +76,6 @@ pub(super) fn request(qps: u32, message_size: u64, region_bytes: u64) -> Session
         link_rate_bits_per_second: None,
         traffic_class: 0,
         service_level: 0,
+        ping_qpn: None,
     }
 }

@@ -167,6 +167,16 @@ impl UdQueuePair {
         Ok(())
     }
 
+    /// Back to RESET: the queues are emptied without completions (a QP in the error state
+    /// completes every receive posted to it at once, flushed); [`Self::activate`] brings it up
+    /// again with the same QP number.
+    pub fn reset(&mut self) -> Result<()> {
+        // SAFETY: ibv_qp_attr is a plain C struct of integers: all zeroes is a valid value.
+        let mut attr: ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        self.modify(&mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0, "RESET")
+    }
+
     /// RESET → INIT → RTR → RTS on `port`, taking datagrams tagged `qkey`, sending from `psn`.
     pub fn activate(&mut self, port: u8, pkey_index: u16, qkey: u32, psn: u32) -> Result<()> {
         if port == 0 || port > self.port_count {

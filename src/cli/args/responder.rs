@@ -234,6 +234,7 @@ impl ResponderArgs {
                 idle_timeout: self.idle_timeout,
                 io_timeout: self.timeout,
                 rdma_networks: self.rdma.rdma_networks,
+                pingers: Default::default(),
             },
         })
     }

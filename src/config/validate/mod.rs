@@ -100,6 +100,7 @@ impl Ctx<'_> {
         };
         let schedule = self.schedule(raw.schedule.as_ref())?;
         let series = self.series(raw.series.as_ref())?;
+        let ping = self.ping(raw.ping.as_ref())?;
         let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
@@ -117,6 +118,7 @@ impl Ctx<'_> {
             selection,
             schedule,
             series,
+            ping,
             limits,
         })
     }

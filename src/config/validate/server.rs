@@ -2,6 +2,7 @@
 //! peers' RDMA traffic may go, its series budget and its responder limits.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde_saphyr::Spanned;
@@ -140,6 +141,60 @@ impl Ctx<'_> {
             series.ttl = ttl;
         }
         Ok(series)
+    }
+
+    pub(super) fn ping(
+        &self,
+        raw: Option<&Spanned<crate::config::file::RawPing>>,
+    ) -> Result<Ping, ConfigError> {
+        let mut ping = Ping::default();
+        let Some(raw) = raw else {
+            return Ok(ping);
+        };
+        let r = &raw.value;
+        let within = |scalar: &Scalar, path: &str, range: std::ops::RangeInclusive<Duration>| {
+            let d = self.duration(scalar, path)?;
+            if range.contains(&d) {
+                Ok(d)
+            } else {
+                Err(self.invalid(
+                    self.pos(scalar),
+                    path,
+                    format!(
+                        "{} is out of range ({} to {})",
+                        humantime::format_duration(d),
+                        humantime::format_duration(*range.start()),
+                        humantime::format_duration(*range.end())
+                    ),
+                ))
+            }
+        };
+        if let Some(i) = &r.interval {
+            ping.interval = match self.text(i, "ping.interval")?.as_str() {
+                "off" => None,
+                _ => Some(within(i, "ping.interval", PING_INTERVALS)?),
+            };
+        }
+        if let Some(t) = &r.timeout {
+            ping.timeout = within(t, "ping.timeout", PING_TIMEOUTS)?;
+        }
+        let interval = ping.interval.unwrap_or(Duration::ZERO);
+        if let Some(w) = &r.window {
+            ping.window = within(
+                w,
+                "ping.window",
+                interval.max(ping.timeout)..=MAX_PING_WINDOW,
+            )?;
+        } else if ping.window < interval.max(ping.timeout) {
+            ping.window = interval.max(ping.timeout);
+        }
+        if let Some(n) = &r.max_rate {
+            ping.max_rate = self.number(n, "ping.max_rate", 1, MAX_PING_RATE)?;
+        }
+        if let Some(n) = &r.max_paths {
+            ping.max_paths = self.number(n, "ping.max_paths", 1, MAX_PING_PATHS)?;
+        }
+        Ok(ping)
     }
 
     pub(super) fn limits(

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::PathLabels;
 use crate::burst::BurstReport;
 use crate::metrics::port::PortReport;
+use crate::ping::PingReports;
 use crate::prober::{BurstKind, ProbeOutcome};
 use crate::reason::ErrorReason;
 
@@ -288,6 +289,8 @@ pub enum ProbeEvent {
     Schedule(DeviceScheduleFigures),
     /// What sysfs says about the probed ports now (docs/metrics.md, "Port facts").
     Ports(PortReport),
+    /// A device's ping engine's figures now (docs/metrics.md, "Pings").
+    Pings(PingReports<PathLabels>),
 }
 
 impl ProbeEvent {

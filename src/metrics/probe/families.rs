@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use super::{Direction, Side};
+use crate::metrics::ping::PingFamilies;
 use crate::metrics::port::PortFamilies;
 use crate::metrics::PREFIX;
 use crate::port::CounterKind;
@@ -123,6 +124,7 @@ pub struct ProbeFamilies {
     pub(super) budget_expired_early: Counter,
     pub(super) shed_level: Gauge,
     pub(super) ports: PortFamilies,
+    pub(super) pings: PingFamilies,
 }
 
 impl ProbeFamilies {
@@ -166,6 +168,7 @@ impl ProbeFamilies {
             budget_expired_early: Counter::default(),
             shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
+            pings: PingFamilies::register(registry),
         };
         families.register_paths(registry);
         families.register_node(registry);

@@ -14,6 +14,7 @@ use super::{
     PathSnapshot, PathStatus, ProbeEvent, ProbeFamilies, ProbeRecord, ProbeResult, Side,
 };
 use crate::metrics::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL};
+use crate::metrics::ping::PingSeries;
 use crate::metrics::port::PortSeries;
 use crate::port::CounterKind;
 use crate::prober::BurstKind;
@@ -63,6 +64,7 @@ pub struct ProbeRecorder {
     families: ProbeFamilies,
     series: BTreeMap<PathLabels, SeriesOfPath>,
     port_series: PortSeries,
+    ping_series: PingSeries,
     snapshot: PathSnapshot,
     budget: SeriesBudget<PathLabels>,
     /// The selection: (device, peer) → preferred by the budget.
@@ -86,6 +88,7 @@ impl ProbeRecorder {
             families,
             series: BTreeMap::new(),
             port_series: PortSeries::default(),
+            ping_series: PingSeries::default(),
             snapshot: PathSnapshot::default(),
             budget: SeriesBudget::new(DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL),
             selection: BTreeMap::new(),
@@ -194,6 +197,7 @@ impl ProbeRecorder {
             }
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
+            ProbeEvent::Pings(reports) => self.ping_series.apply(&self.families.pings, &reports),
         }
     }
 

@@ -52,6 +52,7 @@ pub(crate) fn all_messages() -> Vec<Message> {
             link_rate_bits_per_second: Some(200_000_000_000),
             traffic_class: 106,
             service_level: 3,
+            ping_qpn: Some(0x12),
         }),
         Message::SessionRequest(SessionRequest {
             device: None,
@@ -64,6 +65,7 @@ pub(crate) fn all_messages() -> Vec<Message> {
             link_rate_bits_per_second: None,
             traffic_class: 0,
             service_level: 0,
+            ping_qpn: None,
         }),
         Message::SessionAccept(SessionAccept {
             device: "mlx5_1".into(),
@@ -75,6 +77,10 @@ pub(crate) fn all_messages() -> Vec<Message> {
             }],
             mtu: 2048,
             link_rate_bits_per_second: Some(100_000_000_000),
+            ping: Some(PingEndpoint {
+                qpn: 0x00ff_ffff,
+                key_id: u32::MAX,
+            }),
         }),
         Message::BurstStart {
             burst_id: u64::MAX,
@@ -437,6 +443,28 @@ fn invalid_sessions_are_rejected_on_decode_and_encode() {
     let mut bad = good.clone();
     bad.regions[0].len = 0;
     assert!(encode(&Message::SessionAccept(bad)).is_err());
+    for qpn in [0, 0x0100_0000] {
+        let mut bad = good.clone();
+        bad.ping.as_mut().unwrap().qpn = qpn;
+        assert!(
+            encode(&Message::SessionAccept(bad)).is_err(),
+            "ping qpn {qpn}"
+        );
+        let Message::SessionRequest(mut request) = all_messages()[4].clone() else {
+            unreachable!()
+        };
+        request.ping_qpn = Some(qpn);
+        assert!(
+            encode(&Message::SessionRequest(request)).is_err(),
+            "ping_qpn {qpn}"
+        );
+    }
+    // A responder without pings leaves the field out, and an older prober's decoder is not
+    // asked to know it.
+    let mut plain = good.clone();
+    plain.ping = None;
+    let frame = encode(&Message::SessionAccept(plain.clone())).unwrap();
+    assert!(!String::from_utf8_lossy(&frame).contains("ping"));
     let mut bad = good;
     bad.endpoints.clear();
     bad.regions.clear();

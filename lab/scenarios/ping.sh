@@ -1,0 +1,95 @@
+# The exporter's pings (tests/lab/ping.rs). Three nodes, each running the exporter on the full
+# mesh: small bursts every 5 s (they set up the sessions that tell each path where its pings go)
+# and a ping on every path every 100 ms, 500 ms timeout, 10 s window. Each node scrapes its own
+# /metrics into FILE-NODE.txt at every phase boundary:
+#  1. clean: once every path has had a window of RTTs for a window (clean-start), one window on
+#     (clean);
+#  2. `netem delay 3ms` on node2's NIC: two windows on (delay);
+#  3. cleared, one window on (recovered, also loss-start), then `netem loss 5%` on node2's NIC for
+#     two windows (loss-end);
+#  4. cleared, then node2 is powered off: node1 and node3 scrape every 0.5 s for 15 s
+#     (off-N, N the scrape's number) to time when every ping to node2 is lost.
+# node1 also records the ICMP RTT of its link to node2 next to its pings' (icmp_rtt_ms).
+bin=rdma-probe-exporter
+(umask 077 && echo "bGFiLXBpbmctcHNrLTAxMjM0NTY3ODlhYmNkZWZnaGlqaw==" >/tmp/psk)
+WINDOW=10
+peers=""
+for node in node1 node2 node3; do
+  [ "$node" = "$LAB_NODE" ] || peers="$peers  - {name: $node, address: $(lab_addr $node):18516}
+"
+done
+cat >/tmp/exporter.yaml <<EOC
+node: $LAB_NODE
+auth: {psk_file: /tmp/psk}
+listen: {metrics: 127.0.0.1:9587, control: 0.0.0.0:18516}
+devices:
+  - {name: rxe0, port: 1}
+defaults:
+  interval: 5s
+  jitter: 0%
+  message_size: 4KiB
+  burst: {duration: 100ms}
+  rate_limit: 10Mbps
+  unpaced_every: 0
+  qp_timeout: 17
+  timeout: 10s
+ping: {interval: 100ms, timeout: 500ms, window: ${WINDOW}s}
+peers:
+$peers
+EOC
+$bin run --config /tmp/exporter.yaml >exporter.log 2>&1 &
+exporter=$!
+# scrape NAME: this node's /metrics into NAME-NODE.txt, after a line with the time (ms).
+scrape() {
+  { echo "# scraped_at_ms $(date +%s%3N)"; curl -sS --max-time 5 http://127.0.0.1:9587/metrics; } >"$1-$LAB_NODE.txt"
+}
+# has_window: every path of this node has its window's median.
+has_window() {
+  [ "$(lab_scrape | grep -c '^rdma_probe_ping_rtt_seconds{.*quantile="0.5"}')" -eq 2 ]
+}
+lab_wait_for "a window of RTTs on both paths" 120 has_window || exit 1
+lab_barrier windows || exit 1
+# One more window, so that the clean one starts after every session's setup.
+sleep $WINDOW
+scrape clean-start
+[ "$LAB_NODE" = node1 ] &&
+  lab_result icmp_rtt_ms "$(ping -c 20 -i 0.2 -q "$(lab_addr node2)" | awk -F/ '/^rtt/ {print $5}')"
+sleep $WINDOW
+scrape clean
+lab_barrier clean || exit 1
+[ "$LAB_NODE" = node2 ] && lab_netem delay 3ms
+lab_barrier delay || exit 1
+sleep $((2 * WINDOW))
+scrape delay
+lab_barrier delayed || exit 1
+[ "$LAB_NODE" = node2 ] && lab_clear_faults
+sleep $WINDOW
+scrape recovered
+lab_barrier recovered || exit 1
+[ "$LAB_NODE" = node2 ] && lab_netem loss 5%
+sleep $((2 * WINDOW))
+scrape loss-end
+lab_barrier lossy || exit 1
+[ "$LAB_NODE" = node2 ] && lab_clear_faults
+lab_barrier cleared || exit 1
+case $LAB_NODE in
+  node1)
+    lab_stop_node node2 || exit 1
+    lab_signal stopped
+    ;;
+  node3) lab_wait_signal node1 stopped 60 || exit 1 ;;
+  node2)
+    sleep 600 # powered off meanwhile
+    ;;
+esac
+# Each scrape's time after the power cut (ms) in off-times-NODE.
+start=$(date +%s%N)
+for n in $(seq 30); do
+  scrape "off-$n"
+  echo "$n $((($(date +%s%N) - start) / 1000000))" >>"off-times-$LAB_NODE"
+  sleep 0.5
+done
+kill -TERM "$exporter"
+wait "$exporter"
+lab_result exporter_exit "$?"
+exit 0

@@ -1,0 +1,762 @@
+//! The ping engine of one local device: a thread with one UD QP that both pings the device's
+//! targets and answers the pings of other nodes' engines (docs/architecture.md, "Pings").
+//!
+//! - **Targets** come from burst sessions: a session's `SessionAccept` names the peer device's
+//!   ping QP and the id of the key both ends derived from the control handshake; each burst
+//!   confirms its path again ([`Pinger::confirm`]), and a path no burst confirmed for the
+//!   schedule's `ttl` stops being pinged ([`super::schedule`]).
+//! - **Answers**: a responder session registers the prober's ping QP and the session's key
+//!   ([`Pinger::answer`]); a ping tagged with that key is answered twice (the ack at once, then
+//!   how long the ping was held), anything else is counted as refused and dropped.
+//! - **Event-driven**: the thread sleeps on the CQ's completion channel until a completion, the
+//!   next due ping or report, or at most [`COMMAND_WAIT`] (to take up new targets and keys).
+//! - **Timestamps**: the CPU's monotonic clock (a send is stamped right after its post returns,
+//!   a receive when its completion is polled); the NIC's completion timestamps are not read yet.
+//!
+//! Every interval the engine hands the caller a [`PingReports`]: each target's counts and window.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::verbs::{
+    AddressHandle, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    RemoteAccess, Route, UdQueuePair, VerbsError, WcStatus, GRH_LEN,
+};
+
+use super::delay::{Clock, Source};
+use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
+use super::path::{Counts, PathPings, WindowSummary};
+use super::schedule::{PingSchedule, ScheduleSettings};
+
+/// The Q_Key of every ping QP ("rdpa").
+pub const PING_QKEY: u32 = 0x7264_7061;
+/// Receive buffers kept posted; a burst of pings beyond them is dropped by the NIC (lost).
+const RECVS: usize = 256;
+/// Sends in flight at most (pings and answers); a ping due with none free waits its next turn.
+const SENDS: usize = 256;
+const SLOT: usize = GRH_LEN + PACKET_LEN;
+const POLL_BATCH: usize = 32;
+/// The longest the thread sleeps: how soon it takes up a new target or key.
+const COMMAND_WAIT: Duration = Duration::from_millis(100);
+/// Commands waiting for the thread at most; past it a confirmation is dropped (the next burst
+/// confirms again) and a key to answer with is refused (that session's pings go unanswered).
+const COMMAND_QUEUE: usize = 4096;
+/// The most probers' keys a device answers with; the one unused longest makes room.
+const MAX_ANSWERERS: usize = 4096;
+
+/// How a device's pings run (the config's `ping` section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PingSettings {
+    pub interval: Duration,
+    /// A ping without both answers after this is lost.
+    pub timeout: Duration,
+    /// The RTT quantiles cover this much of the past.
+    pub window: Duration,
+    /// The most pings a second the device sends.
+    pub max_rate: u32,
+    /// A target no burst confirmed for this long stops being pinged, and a key no ping used for
+    /// this long is forgotten.
+    pub ttl: Duration,
+    /// The most paths the device pings.
+    pub max_paths: usize,
+}
+
+/// Where one path's pings go: the peer device's ping QP, and the session key that tags them.
+#[derive(Clone)]
+pub struct PingTarget {
+    pub route: Route,
+    pub qpn: u32,
+    /// The responder's name for `key`.
+    pub key_id: u32,
+    pub key: PingKey,
+}
+
+impl fmt::Debug for PingTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PingTarget")
+            .field("route", &self.route)
+            .field("qpn", &self.qpn)
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One path's figures: counts since it was first pinged, and its window's quantiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingReport<K> {
+    pub path: K,
+    pub counts: Counts,
+    pub window: Option<WindowSummary>,
+    /// The path is no longer pinged: its series go.
+    pub gone: bool,
+}
+
+/// What a device's engine reports every interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingReports<K> {
+    pub device: String,
+    pub timestamps: Source,
+    /// Pings of other nodes answered, and packets refused (no key, wrong tag, not a ping), since
+    /// the start.
+    pub answered: u64,
+    pub refused: u64,
+    pub paths: Vec<PingReport<K>>,
+}
+
+enum Command<K> {
+    Confirm(K, PingTarget),
+    Retain(Vec<K>),
+    Answer {
+        key_id: u32,
+        route: Route,
+        qpn: u32,
+        key: PingKey,
+    },
+}
+
+/// A handle on a device's ping engine; the engine stops when the last handle is dropped.
+pub struct Pinger<K> {
+    commands: SyncSender<Command<K>>,
+    qpn: u32,
+    device: Arc<str>,
+    next_key_id: Arc<AtomicU32>,
+}
+
+impl<K> Clone for Pinger<K> {
+    fn clone(&self) -> Self {
+        Pinger {
+            commands: self.commands.clone(),
+            qpn: self.qpn,
+            device: Arc::clone(&self.device),
+            next_key_id: Arc::clone(&self.next_key_id),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Pinger<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pinger")
+            .field("device", &self.device)
+            .field("qpn", &self.qpn)
+            .finish()
+    }
+}
+
+impl<K: Ord + Clone + Send + 'static> Pinger<K> {
+    /// Opens `device`'s `port`, creates the ping QP and starts the engine's thread, which hands
+    /// `reports` its figures every `settings.interval`.
+    pub fn start(
+        device: &str,
+        port: u8,
+        settings: PingSettings,
+        reports: Box<dyn FnMut(PingReports<K>) + Send>,
+    ) -> Result<Pinger<K>, VerbsError> {
+        let ctx = Context::open(Some(device), port)?;
+        let pd = ctx.alloc_pd()?;
+        // Room for every work request's completion twice over.
+        let cq = ctx.create_cq(2 * (RECVS + SENDS) as u32)?;
+        let mut qp = pd.create_ud_qp(&cq, RECVS.max(SENDS) as u32)?;
+        qp.activate(port, 0, PING_QKEY, 0)?;
+        let mr = pd.register((RECVS + SENDS) * SLOT, RemoteAccess::Receives)?;
+        for slot in 0..RECVS {
+            qp.post_recv(&mr, slot * SLOT, SLOT as u32, slot as u64)?;
+        }
+        let (commands, commands_rx) = mpsc::sync_channel(COMMAND_QUEUE);
+        let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
+        let qpn = qp.qpn();
+        let name = ctx.device_name().to_owned();
+        // The engine holds address handles in `Rc`s, so it is built on its own thread.
+        std::thread::Builder::new()
+            .name(format!("ping-{device}"))
+            .spawn(move || {
+                let schedule = ScheduleSettings {
+                    interval: settings.interval,
+                    min_gap: Duration::from_secs(1) / settings.max_rate.max(1),
+                    ttl: settings.ttl,
+                    max_targets: settings.max_paths,
+                };
+                Engine {
+                    started: Instant::now(),
+                    device: name,
+                    settings,
+                    commands: commands_rx,
+                    reports,
+                    pd,
+                    cq,
+                    qp,
+                    mr,
+                    free_sends: (0..SENDS).collect(),
+                    sending: (0..SENDS).map(|_| None).collect(),
+                    schedule: PingSchedule::new(schedule, seed),
+                    targets: BTreeMap::new(),
+                    answerers: HashMap::new(),
+                    gone: Vec::new(),
+                    answered: 0,
+                    refused: 0,
+                    next_report: settings.interval,
+                    port,
+                    failed: None,
+                    recoveries: 0,
+                    last_recovery: None,
+                }
+                .run()
+            })
+            .map_err(|e| VerbsError::InvalidArgument(format!("starting the ping thread: {e}")))?;
+        Ok(Pinger {
+            commands,
+            qpn,
+            device: Arc::from(device),
+            next_key_id: Arc::new(AtomicU32::new(seed as u32 | 1)),
+        })
+    }
+
+    /// The device's ping QP number (what a `SessionAccept` or `SessionRequest` tells the peer).
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// A burst session to `path` (re)learnt where its pings go: ping it from now on, or keep
+    /// pinging it.
+    pub fn confirm(&self, path: K, target: PingTarget) {
+        self.send(Command::Confirm(path, target), "a path to ping");
+    }
+
+    /// The device's paths are now `paths` (after a reload): stop pinging the others.
+    pub fn retain(&self, paths: Vec<K>) {
+        self.send(Command::Retain(paths), "the paths to keep pinging");
+    }
+
+    /// Answer the pings tagged with `key` that come from the prober's ping QP `qpn` along
+    /// `route` (back to the prober); returns the key's id, which the prober's pings carry.
+    pub fn answer(&self, route: Route, qpn: u32, key: PingKey) -> u32 {
+        let key_id = self.next_key_id.fetch_add(1, Ordering::Relaxed);
+        let command = Command::Answer {
+            key_id,
+            route,
+            qpn,
+            key,
+        };
+        self.send(command, "a prober's key");
+        key_id
+    }
+
+    fn send(&self, command: Command<K>, what: &str) {
+        match self.commands.try_send(command) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!(device = %self.device, "ping engine busy: {what} was dropped");
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                tracing::debug!(device = %self.device, "ping engine stopped: {what} was dropped");
+            }
+        }
+    }
+}
+
+/// Where a target's pings go, as the last burst session learnt it.
+struct Peer {
+    ah: Rc<AddressHandle>,
+    route: Route,
+    qpn: u32,
+    key_id: u32,
+    key: PingKey,
+}
+
+struct Target {
+    peer: Peer,
+    /// The key of the session before, so answers to pings sent under it still count.
+    previous: Option<(u32, PingKey)>,
+    pings: PathPings,
+}
+
+/// A prober whose pings this device answers.
+struct Answerer {
+    ah: Rc<AddressHandle>,
+    qpn: u32,
+    key: PingKey,
+    used: Duration,
+}
+
+/// A send in flight: its address handle lives until the send completed.
+enum Sending<K> {
+    Ping {
+        path: K,
+        seq: u64,
+        /// CPU time right after the post returned: the software send timestamp.
+        sent: u64,
+        _ah: Rc<AddressHandle>,
+    },
+    Answer {
+        _ah: Rc<AddressHandle>,
+    },
+}
+
+struct Engine<K> {
+    started: Instant,
+    device: String,
+    settings: PingSettings,
+    commands: Receiver<Command<K>>,
+    reports: Box<dyn FnMut(PingReports<K>) + Send>,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: UdQueuePair,
+    mr: MemoryRegion,
+    free_sends: Vec<usize>,
+    sending: Vec<Option<Sending<K>>>,
+    schedule: PingSchedule<K>,
+    targets: BTreeMap<K, Target>,
+    answerers: HashMap<u32, Answerer>,
+    /// Targets removed since the last report: reported once more, as gone.
+    gone: Vec<(K, Counts)>,
+    answered: u64,
+    refused: u64,
+    next_report: Duration,
+    port: u8,
+    /// The first failed completion of the batch being handled: the QP needs a reset.
+    failed: Option<(WcStatus, &'static str)>,
+    recoveries: u64,
+    last_recovery: Option<Duration>,
+}
+
+/// Why the engine stopped on its own.
+enum Stop {
+    /// Every handle was dropped: the exporter is stopping.
+    Dropped,
+    Failed(VerbsError),
+}
+
+fn nanos(at: Duration) -> u64 {
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn send_offset(slot: usize) -> usize {
+    (RECVS + slot) * SLOT
+}
+
+impl<K: Ord + Clone> Engine<K> {
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn run(mut self) {
+        match self.serve() {
+            Stop::Dropped => tracing::debug!(device = %self.device, "ping engine stopped"),
+            Stop::Failed(e) => {
+                tracing::error!(device = %self.device, error = %e, "ping engine failed: this device sends and answers no pings until the exporter restarts");
+                let paths = std::mem::take(&mut self.targets);
+                self.gone
+                    .extend(paths.into_iter().map(|(k, t)| (k, t.pings.counts())));
+                let now = self.now();
+                self.report(now);
+            }
+        }
+    }
+
+    fn serve(&mut self) -> Stop {
+        let mut completions = [Completion::EMPTY; POLL_BATCH];
+        loop {
+            if let Err(stop) = self.take_commands() {
+                return stop;
+            }
+            let now = self.now();
+            self.send_due(now);
+            if now >= self.next_report {
+                self.report(now);
+            }
+            let result = self.cq.poll(&mut completions).and_then(|n| {
+                if n > 0 {
+                    return Ok(n);
+                }
+                // Nothing: arm, look once more (a completion before arming raises no event),
+                // then sleep.
+                self.cq.arm()?;
+                let n = self.cq.poll(&mut completions)?;
+                if n == 0 {
+                    self.cq.wait(self.sleep_for(now))?;
+                }
+                Ok(n)
+            });
+            match result {
+                Ok(n) => {
+                    for c in &completions[..n] {
+                        if let Err(e) = self.on_completion(c) {
+                            return Stop::Failed(e);
+                        }
+                    }
+                    if let Some(failed) = self.failed.take() {
+                        if let Err(e) = self.recover(failed) {
+                            return Stop::Failed(e);
+                        }
+                    }
+                }
+                Err(e) => return Stop::Failed(e),
+            }
+        }
+    }
+
+    fn sleep_for(&self, now: Duration) -> Duration {
+        let wake = self
+            .schedule
+            .wake_at()
+            .unwrap_or(Duration::MAX)
+            .min(self.next_report);
+        wake.saturating_sub(now).min(COMMAND_WAIT)
+    }
+
+    fn take_commands(&mut self) -> Result<(), Stop> {
+        loop {
+            match self.commands.try_recv() {
+                Ok(command) => self.apply(command),
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(Stop::Dropped),
+            }
+        }
+    }
+
+    fn apply(&mut self, command: Command<K>) {
+        let now = self.now();
+        match command {
+            Command::Confirm(path, target) => self.confirm(now, path, target),
+            Command::Retain(paths) => {
+                let keep: std::collections::BTreeSet<K> = paths.into_iter().collect();
+                for path in self.schedule.retain(|k| keep.contains(k)) {
+                    self.forget(path);
+                }
+            }
+            Command::Answer {
+                key_id,
+                route,
+                qpn,
+                key,
+            } => match self.pd.create_ah(&route) {
+                Ok(ah) => {
+                    if self.answerers.len() >= MAX_ANSWERERS {
+                        let oldest = self.answerers.iter().min_by_key(|(_, a)| a.used);
+                        if let Some(id) = oldest.map(|(id, _)| *id) {
+                            self.answerers.remove(&id);
+                        }
+                    }
+                    let answerer = Answerer {
+                        ah: Rc::new(ah),
+                        qpn,
+                        key,
+                        used: now,
+                    };
+                    self.answerers.insert(key_id, answerer);
+                }
+                Err(e) => {
+                    tracing::warn!(device = %self.device, error = %e, "no address handle back to a prober: its pings go unanswered");
+                }
+            },
+        }
+    }
+
+    fn confirm(&mut self, now: Duration, path: K, target: PingTarget) {
+        if let Some(evicted) = self.schedule.confirm(now, path.clone()) {
+            self.forget(evicted);
+        }
+        let existing = self.targets.get(&path).map(|t| {
+            (
+                t.peer.route == target.route
+                    && t.peer.qpn == target.qpn
+                    && t.peer.key_id == target.key_id,
+                t.peer.route == target.route,
+            )
+        });
+        if existing.is_some_and(|(same, _)| same) {
+            return;
+        }
+        let ah = match existing {
+            Some((_, true)) => self.targets.get(&path).map(|t| Rc::clone(&t.peer.ah)),
+            _ => None,
+        };
+        let ah = match ah {
+            Some(ah) => ah,
+            None => match self.pd.create_ah(&target.route) {
+                Ok(ah) => Rc::new(ah),
+                Err(e) => {
+                    tracing::warn!(device = %self.device, error = %e, "no address handle to a ping target: not pinged");
+                    self.schedule.remove(&path);
+                    return;
+                }
+            },
+        };
+        let peer = Peer {
+            ah,
+            route: target.route,
+            qpn: target.qpn,
+            key_id: target.key_id,
+            key: target.key,
+        };
+        match self.targets.get_mut(&path) {
+            Some(t) => {
+                let old = std::mem::replace(&mut t.peer, peer);
+                t.previous = Some((old.key_id, old.key));
+            }
+            None => {
+                let pings = PathPings::new(
+                    Clock::software(),
+                    self.settings.timeout,
+                    self.settings.window,
+                );
+                self.targets.insert(
+                    path,
+                    Target {
+                        peer,
+                        previous: None,
+                        pings,
+                    },
+                );
+            }
+        }
+    }
+
+    fn forget(&mut self, path: K) {
+        self.schedule.remove(&path);
+        if let Some(target) = self.targets.remove(&path) {
+            self.gone.push((path, target.pings.counts()));
+        }
+    }
+
+    fn send_due(&mut self, now: Duration) {
+        while let Some(path) = self.schedule.next_due(now) {
+            let Some(slot) = self.free_sends.pop() else {
+                return;
+            };
+            let Some(target) = self.targets.get_mut(&path) else {
+                self.free_sends.push(slot);
+                continue;
+            };
+            let seq = target.pings.on_posted(now, nanos(now));
+            let packet = Packet {
+                kind: Kind::Ping,
+                key_id: target.peer.key_id,
+                seq,
+                responder_delay_ns: 0,
+            };
+            let at = send_offset(slot);
+            self.mr.as_mut_slice()[at..at + PACKET_LEN]
+                .copy_from_slice(&packet.encode(&target.peer.key));
+            let posted = self.qp.post_send(
+                &self.mr,
+                (at, PACKET_LEN as u32),
+                &target.peer.ah,
+                (target.peer.qpn, PING_QKEY),
+                (RECVS + slot) as u64,
+            );
+            match posted {
+                Ok(()) => {
+                    let sent = nanos(self.started.elapsed());
+                    self.sending[slot] = Some(Sending::Ping {
+                        path,
+                        seq,
+                        sent,
+                        _ah: Rc::clone(&target.peer.ah),
+                    });
+                }
+                Err(e) => {
+                    target.pings.cancel(seq);
+                    self.free_sends.push(slot);
+                    tracing::warn!(device = %self.device, error = %e, "a ping was not sent");
+                }
+            }
+        }
+    }
+
+    fn on_completion(&mut self, c: &Completion) -> Result<(), VerbsError> {
+        let now = self.now();
+        let slot = c.wr_id as usize;
+        if !c.status.is_success() {
+            // The QP is in the error state now: every receive posted to it would complete at
+            // once, flushed. Brought up again after this batch.
+            let on = if slot >= RECVS { "send" } else { "receive" };
+            self.failed.get_or_insert((c.status, on));
+            return Ok(());
+        }
+        if slot >= RECVS {
+            self.on_sent(slot - RECVS, now);
+            return Ok(());
+        }
+        let at = slot * SLOT;
+        let packet: Option<[u8; PACKET_LEN]> = (c.byte_len as usize == SLOT).then(|| {
+            let mut bytes = [0u8; PACKET_LEN];
+            bytes.copy_from_slice(&self.mr.as_slice()[at + GRH_LEN..at + SLOT]);
+            bytes
+        });
+        self.qp.post_recv(&self.mr, at, SLOT as u32, c.wr_id)?;
+        match packet {
+            Some(bytes) if bytes[5] == 1 => self.answer(&bytes, c.src_qp, now)?,
+            Some(bytes) => self.take_answer(&bytes, c.src_qp, now),
+            None => self.refused += 1,
+        }
+        Ok(())
+    }
+
+    /// Resets the QP that went into the error state and brings it up again, same QP number:
+    /// the sends in flight are gone (their pings are lost at their timeout), every receive is
+    /// posted again. Twice within a second, it first waits a second, so a QP that keeps failing
+    /// does not spin.
+    fn recover(&mut self, (status, on): (WcStatus, &'static str)) -> Result<(), VerbsError> {
+        let now = self.now();
+        self.recoveries += 1;
+        tracing::warn!(device = %self.device, ?status, on, recoveries = self.recoveries,
+            "ping QP in the error state: reset and brought up again");
+        if self
+            .last_recovery
+            .is_some_and(|t| now.saturating_sub(t) < Duration::from_secs(1))
+        {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        self.last_recovery = Some(now);
+        self.qp.reset()?;
+        let mut stale = [Completion::EMPTY; POLL_BATCH];
+        while self.cq.poll(&mut stale)? > 0 {}
+        for (slot, sending) in self.sending.iter_mut().enumerate() {
+            if sending.take().is_some() {
+                self.free_sends.push(slot);
+            }
+        }
+        self.qp.activate(self.port, 0, PING_QKEY, 0)?;
+        for slot in 0..RECVS {
+            self.qp
+                .post_recv(&self.mr, slot * SLOT, SLOT as u32, slot as u64)?;
+        }
+        Ok(())
+    }
+
+    fn on_sent(&mut self, slot: usize, now: Duration) {
+        let Some(sending) = self.sending.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.free_sends.push(slot);
+        if let Sending::Ping {
+            path, seq, sent, ..
+        } = sending
+        {
+            if let Some(target) = self.targets.get_mut(&path) {
+                target.pings.on_send_completed(now, seq, sent);
+            }
+        }
+    }
+
+    /// A ping from another node: answered twice, or refused.
+    fn answer(&mut self, bytes: &[u8], src_qp: u32, now: Duration) -> Result<(), VerbsError> {
+        let received = nanos(now);
+        let key_id = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        let Some(answerer) = self.answerers.get_mut(&key_id) else {
+            self.refused += 1;
+            return Ok(());
+        };
+        let ping = match Packet::decode(bytes, |_| Some(&answerer.key)) {
+            Ok(p) if p.kind == Kind::Ping && src_qp == answerer.qpn => p,
+            _ => {
+                self.refused += 1;
+                return Ok(());
+            }
+        };
+        answerer.used = now;
+        let (ah, qpn, key) = (Rc::clone(&answerer.ah), answerer.qpn, answerer.key.clone());
+        if !self.post_answer(&ping.ack(), &key, &ah, qpn)? {
+            return Ok(());
+        }
+        let acked = nanos(self.started.elapsed());
+        let delay = ping.delay(acked.saturating_sub(received));
+        self.post_answer(&delay, &key, &ah, qpn)?;
+        self.answered += 1;
+        Ok(())
+    }
+
+    /// Posts one answer; `false` when no send buffer was free (the ping is left unanswered).
+    fn post_answer(
+        &mut self,
+        packet: &Packet,
+        key: &PingKey,
+        ah: &Rc<AddressHandle>,
+        qpn: u32,
+    ) -> Result<bool, VerbsError> {
+        let Some(slot) = self.free_sends.pop() else {
+            return Ok(false);
+        };
+        let at = send_offset(slot);
+        self.mr.as_mut_slice()[at..at + PACKET_LEN].copy_from_slice(&packet.encode(key));
+        if let Err(e) = self.qp.post_send(
+            &self.mr,
+            (at, PACKET_LEN as u32),
+            ah,
+            (qpn, PING_QKEY),
+            (RECVS + slot) as u64,
+        ) {
+            self.free_sends.push(slot);
+            return Err(e);
+        }
+        self.sending[slot] = Some(Sending::Answer { _ah: Rc::clone(ah) });
+        Ok(true)
+    }
+
+    /// An answer to one of this device's pings: given to its path, or refused.
+    fn take_answer(&mut self, bytes: &[u8], src_qp: u32, now: Duration) {
+        let key_id = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        let done = nanos(self.started.elapsed());
+        for target in self.targets.values_mut() {
+            if target.peer.qpn != src_qp {
+                continue;
+            }
+            let key = if target.peer.key_id == key_id {
+                &target.peer.key
+            } else {
+                match &target.previous {
+                    Some((id, key)) if *id == key_id => key,
+                    _ => continue,
+                }
+            };
+            if let Ok(packet) = Packet::decode(bytes, |_| Some(key)) {
+                if packet.kind != Kind::Ping {
+                    target.pings.on_answer(now, &packet, nanos(now), done);
+                    return;
+                }
+            }
+        }
+        self.refused += 1;
+    }
+
+    fn report(&mut self, now: Duration) {
+        for path in self.schedule.expire(now) {
+            self.forget(path);
+        }
+        let ttl = self.settings.ttl;
+        self.answerers
+            .retain(|_, a| now.saturating_sub(a.used) < ttl);
+        let mut paths: Vec<PingReport<K>> = self
+            .gone
+            .drain(..)
+            .map(|(path, counts)| PingReport {
+                path,
+                counts,
+                window: None,
+                gone: true,
+            })
+            .collect();
+        for (path, target) in &mut self.targets {
+            target.pings.expire(now);
+            paths.push(PingReport {
+                path: path.clone(),
+                counts: target.pings.counts(),
+                window: target.pings.summary(),
+                gone: false,
+            });
+        }
+        (self.reports)(PingReports {
+            device: self.device.clone(),
+            timestamps: Source::Software,
+            answered: self.answered,
+            refused: self.refused,
+            paths,
+        });
+        self.next_report = now + self.settings.interval;
+    }
+}

@@ -1,8 +1,12 @@
 //! The ping families (docs/metrics.md, "Pings"): per path, the RTT quantiles of the window, the
 //! responder's delay, pings sent and lost; per device, pings answered and refused and which clock
 //! stamps them. Written only by the recorder, from the ping engines' reports.
+//!
+//! The per-path series live in what the series budget leaves: the room the bursts' series do
+//! not take. Beyond it the pinged paths whose bursts are not on `/metrics`, then the last in
+//! label order, show none (`rdma_probe_ping_shed_paths`), so the same paths stay shown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::probe::PathLabels;
 use super::PREFIX;
-use crate::ping::path::Counts;
+use crate::ping::path::{Counts, WindowSummary};
 use crate::ping::PingReports;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -38,6 +42,8 @@ struct ClockLabels {
 }
 
 const QUANTILES: [&str; 3] = ["0.5", "0.9", "0.99"];
+/// Series of one pinged path at most: three RTT quantiles, the responder's delay, sent and lost.
+pub const SERIES_PER_PATH: usize = 6;
 
 /// The ping families, registered once.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +55,7 @@ pub struct PingFamilies {
     answered: Family<DeviceLabels, Counter>,
     refused: Family<DeviceLabels, Counter>,
     clock: Family<ClockLabels, Gauge>,
+    shed: Gauge,
 }
 
 impl PingFamilies {
@@ -86,6 +93,11 @@ impl PingFamilies {
             f.refused.clone()
         );
         add!(
+            "ping_shed_paths",
+            "Pinged paths whose ping series the series budget keeps off /metrics",
+            f.shed.clone()
+        );
+        add!(
             "ping_timestamp_info",
             "The clock that stamps the device's pings: hardware (NIC completions) or software (CPU)",
             f.clock.clone()
@@ -94,16 +106,63 @@ impl PingFamilies {
     }
 }
 
-/// The counts already shown, so that reports of totals become counter increments.
+/// Every pinged path's latest figures, and the counts already shown of those on `/metrics` (so
+/// that reports of totals become counter increments).
 #[derive(Debug, Default)]
 pub struct PingSeries {
-    paths: BTreeMap<PathLabels, Counts>,
+    paths: BTreeMap<PathLabels, (Counts, Option<WindowSummary>)>,
+    shown: BTreeMap<PathLabels, Counts>,
     devices: BTreeMap<String, (u64, u64)>,
 }
 
 impl PingSeries {
-    /// Shows one engine's report: every path's figures; a path gone loses its series.
-    pub fn apply(&mut self, f: &PingFamilies, reports: &PingReports<PathLabels>) {
+    /// Per-path ping series on `/metrics` now (at most).
+    pub fn series(&self) -> usize {
+        self.shown.len() * SERIES_PER_PATH
+    }
+
+    /// Shows one engine's report within `room` per-path series: the paths `preferred` says
+    /// have their bursts on `/metrics` first, then in label order; a path gone loses its series.
+    pub fn apply(
+        &mut self,
+        f: &PingFamilies,
+        reports: &PingReports<PathLabels>,
+        room: usize,
+        preferred: impl Fn(&PathLabels) -> bool,
+    ) {
+        self.count_device(f, reports);
+        for report in &reports.paths {
+            if report.gone {
+                self.paths.remove(&report.path);
+            } else {
+                let figures = (report.counts, report.window);
+                self.paths.insert(report.path.clone(), figures);
+            }
+        }
+        let mut order: Vec<&PathLabels> = self.paths.keys().collect();
+        order.sort_by_key(|p| !preferred(p));
+        let fit: BTreeSet<PathLabels> = order
+            .into_iter()
+            .take(room / SERIES_PER_PATH)
+            .cloned()
+            .collect();
+        let hidden: Vec<PathLabels> = self
+            .shown
+            .keys()
+            .filter(|p| !fit.contains(*p))
+            .cloned()
+            .collect();
+        for path in hidden {
+            self.remove(f, &path);
+        }
+        for report in reports.paths.iter().filter(|r| fit.contains(&r.path)) {
+            self.show(f, &report.path, report.counts, report.window);
+        }
+        f.shed
+            .set(i64::try_from(self.paths.len() - fit.len()).unwrap_or(i64::MAX));
+    }
+
+    fn count_device(&mut self, f: &PingFamilies, reports: &PingReports<PathLabels>) {
         let device = DeviceLabels {
             device: reports.device.clone(),
         };
@@ -121,51 +180,53 @@ impl PingSeries {
                 timestamp: reports.timestamps.label(),
             })
             .set(1);
-        for report in &reports.paths {
-            let path = &report.path;
-            if report.gone {
-                self.remove(f, path);
-                continue;
-            }
-            let shown = self.paths.entry(path.clone()).or_default();
-            f.sent
-                .get_or_create(path)
-                .inc_by(report.counts.sent.saturating_sub(shown.sent));
-            f.lost
-                .get_or_create(path)
-                .inc_by(report.counts.lost.saturating_sub(shown.lost));
-            *shown = report.counts;
-            match &report.window {
-                Some(w) => {
-                    let values = [w.rtt_p50, w.rtt_p90, w.rtt_p99];
-                    for (quantile, value) in QUANTILES.into_iter().zip(values) {
-                        f.rtt
-                            .get_or_create(&quantile_labels(path, quantile))
-                            .set(value.as_secs_f64());
-                    }
-                    f.responder_delay
-                        .get_or_create(path)
-                        .set(w.responder_p50.as_secs_f64());
-                }
-                None => self.remove_window(f, path),
-            }
-        }
     }
 
-    /// An empty window (every ping lost, or none yet) has no quantiles: absent, not zero.
-    fn remove_window(&self, f: &PingFamilies, path: &PathLabels) {
-        for quantile in QUANTILES {
-            f.rtt.remove(&quantile_labels(path, quantile));
+    fn show(
+        &mut self,
+        f: &PingFamilies,
+        path: &PathLabels,
+        counts: Counts,
+        window: Option<WindowSummary>,
+    ) {
+        let shown = self.shown.entry(path.clone()).or_default();
+        f.sent
+            .get_or_create(path)
+            .inc_by(counts.sent.saturating_sub(shown.sent));
+        f.lost
+            .get_or_create(path)
+            .inc_by(counts.lost.saturating_sub(shown.lost));
+        *shown = counts;
+        match window {
+            Some(w) => {
+                let values = [w.rtt_p50, w.rtt_p90, w.rtt_p99];
+                for (quantile, value) in QUANTILES.into_iter().zip(values) {
+                    f.rtt
+                        .get_or_create(&quantile_labels(path, quantile))
+                        .set(value.as_secs_f64());
+                }
+                f.responder_delay
+                    .get_or_create(path)
+                    .set(w.responder_p50.as_secs_f64());
+            }
+            None => remove_window(f, path),
         }
-        f.responder_delay.remove(path);
     }
 
     fn remove(&mut self, f: &PingFamilies, path: &PathLabels) {
-        self.remove_window(f, path);
+        remove_window(f, path);
         f.sent.remove(path);
         f.lost.remove(path);
-        self.paths.remove(path);
+        self.shown.remove(path);
     }
+}
+
+/// An empty window (every ping lost, or none yet) has no quantiles: absent, not zero.
+fn remove_window(f: &PingFamilies, path: &PathLabels) {
+    for quantile in QUANTILES {
+        f.rtt.remove(&quantile_labels(path, quantile));
+    }
+    f.responder_delay.remove(path);
 }
 
 fn quantile_labels(path: &PathLabels, quantile: &'static str) -> QuantileLabels {
@@ -181,7 +242,6 @@ fn quantile_labels(path: &PathLabels, quantile: &'static str) -> QuantileLabels 
 mod tests {
     use super::*;
     use crate::ping::delay::Source;
-    use crate::ping::path::WindowSummary;
     use crate::ping::PingReport;
     use std::time::Duration;
 
@@ -236,8 +296,8 @@ mod tests {
             rtt_p99: ms(9),
             responder_p50: Duration::from_micros(150),
         };
-        series.apply(&f, &report(10, 0, Some(window), false));
-        series.apply(&f, &report(25, 2, Some(window), false));
+        series.apply(&f, &report(10, 0, Some(window), false), usize::MAX, |_| true);
+        series.apply(&f, &report(25, 2, Some(window), false), usize::MAX, |_| true);
         let out = text(&registry);
         let path = r#"device="rxe0",peer="node2",peer_device="rxe0""#;
         for line in [
@@ -251,7 +311,7 @@ mod tests {
             assert!(out.contains(&line), "{line} missing from\n{out}");
         }
         // Every ping of the window lost: no quantile, but the counters stay.
-        series.apply(&f, &report(30, 7, None, false));
+        series.apply(&f, &report(30, 7, None, false), usize::MAX, |_| true);
         let out = text(&registry);
         assert!(!out.contains("rdma_probe_ping_rtt_seconds{"), "{out}");
         assert!(
@@ -259,8 +319,64 @@ mod tests {
             "{out}"
         );
         // A path no longer pinged loses every series.
-        series.apply(&f, &report(30, 7, None, true));
+        series.apply(&f, &report(30, 7, None, true), usize::MAX, |_| true);
         let out = text(&registry);
         assert!(!out.contains("peer=\"node2\""), "{out}");
+    }
+
+    #[test]
+    fn pings_take_only_the_room_the_bursts_leave_preferring_paths_on_metrics() {
+        let mut registry = Registry::default();
+        let f = PingFamilies::register(&mut registry);
+        let mut series = PingSeries::default();
+        let paths: Vec<PathLabels> = ["a", "b", "c"]
+            .iter()
+            .map(|peer| PathLabels {
+                peer: (*peer).into(),
+                ..path()
+            })
+            .collect();
+        let mut reports = report(5, 0, None, false);
+        reports.paths = paths
+            .iter()
+            .map(|p| PingReport {
+                path: p.clone(),
+                counts: Counts {
+                    sent: 5,
+                    ..Counts::default()
+                },
+                window: None,
+                gone: false,
+            })
+            .collect();
+        let shown = |registry: &Registry| -> Vec<String> {
+            text(registry)
+                .lines()
+                .filter(|l| l.starts_with("rdma_probe_ping_sent_total{"))
+                .filter_map(|l| label_of(l, "peer"))
+                .collect()
+        };
+        // Room for two paths: "c" has its bursts on /metrics, so it comes first, then "a".
+        series.apply(&f, &reports, 2 * SERIES_PER_PATH + 5, |p| p.peer == "c");
+        let mut got = shown(&registry);
+        got.sort();
+        assert_eq!(got, ["a", "c"]);
+        assert_eq!(series.series(), 2 * SERIES_PER_PATH);
+        assert!(text(&registry).contains("rdma_probe_ping_shed_paths 1"));
+        // The bursts need the room: no ping series at all.
+        series.apply(&f, &reports, 0, |p| p.peer == "c");
+        assert!(shown(&registry).is_empty());
+        assert_eq!(series.series(), 0);
+        // Room again: every path, and its counter starts over from what it counted.
+        series.apply(&f, &reports, usize::MAX, |_| false);
+        assert_eq!(shown(&registry).len(), 3);
+        assert!(text(&registry).contains("rdma_probe_ping_shed_paths 0"));
+        assert!(text(&registry).contains(r#"peer="a",peer_device="rxe0"} 5"#));
+    }
+
+    fn label_of(line: &str, name: &str) -> Option<String> {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = line[start..].find('"')?;
+        Some(line[start..start + len].to_owned())
     }
 }

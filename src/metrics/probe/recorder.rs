@@ -15,6 +15,7 @@ use super::{
 };
 use crate::metrics::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL};
 use crate::metrics::ping::PingSeries;
+use crate::ping::PingReports;
 use crate::metrics::port::PortSeries;
 use crate::port::CounterKind;
 use crate::prober::BurstKind;
@@ -197,8 +198,25 @@ impl ProbeRecorder {
             }
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
-            ProbeEvent::Pings(reports) => self.ping_series.apply(&self.families.pings, &reports),
+            ProbeEvent::Pings(reports) => self.on_pings(&reports),
         }
+    }
+
+    /// A ping engine's report, shown in the room the bursts' series leave in the budget.
+    fn on_pings(&mut self, reports: &PingReports<PathLabels>) {
+        let room = self.budget.limit().saturating_sub(self.budget.series());
+        let budget = &self.budget;
+        self.ping_series
+            .apply(&self.families.pings, reports, room, |p| budget.contains(p));
+        self.show_series_count();
+    }
+
+    /// `rdma_probe_path_series`: the bursts' per-path series and the pings'.
+    fn show_series_count(&self) {
+        let series = self.budget.series() + self.ping_series.series();
+        self.families
+            .path_series
+            .set(i64::try_from(series).unwrap_or(i64::MAX));
     }
 
     fn on_deferred(&mut self, path: PathLabels, reason: DeferReason) {
@@ -371,9 +389,7 @@ impl ProbeRecorder {
         if !admission.evicted.is_empty() || !admission.admitted {
             self.refresh_peer_info();
         }
-        self.families
-            .path_series
-            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+        self.show_series_count();
     }
 
     /// Takes off `/metrics` the paths out of the selection not probed for the TTL.
@@ -387,9 +403,7 @@ impl ProbeRecorder {
             self.remove_path(path);
         }
         self.refresh_peer_info();
-        self.families
-            .path_series
-            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+        self.show_series_count();
     }
 
     /// Removes the derived series of every path (message rates, setup times, byte and message
@@ -657,8 +671,7 @@ impl ProbeRecorder {
                 .remove(&traffic_labels(path, side, direction));
         }
         self.table().remove(path);
-        f.path_series
-            .set(i64::try_from(self.budget.series()).unwrap_or(i64::MAX));
+        self.show_series_count();
     }
 
     fn table(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<PathLabels, PathStatus>> {

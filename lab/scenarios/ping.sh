@@ -40,9 +40,14 @@ $peers
 EOC
 $bin run --config /tmp/exporter.yaml >exporter.log 2>&1 &
 exporter=$!
-# scrape NAME: this node's /metrics into NAME-NODE.txt, after a line with the time (ms).
+# scrape NAME: this node's /metrics into NAME-NODE.txt, between lines with the time (ms) before
+# and after it.
 scrape() {
-  { echo "# scraped_at_ms $(date +%s%3N)"; curl -sS --max-time 5 http://127.0.0.1:9587/metrics; } >"$1-$LAB_NODE.txt"
+  {
+    echo "# scrape_start_ms $(date +%s%3N)"
+    curl -sS --max-time 5 http://127.0.0.1:9587/metrics
+    echo "# scrape_end_ms $(date +%s%3N)"
+  } >"$1-$LAB_NODE.txt"
 }
 # has_window: every path of this node has its window's median.
 has_window() {

@@ -47,10 +47,23 @@ pub use report::{GapFigures, NodeFigures, Report, Summary};
 pub const BUSY_ANSWER: Duration = Duration::from_millis(1);
 
 /// Series of a node besides its paths' and its devices': build, process (7), config (2),
-/// node_info, responder sessions and verification, the series budget's own.
-pub const SERIES_PER_NODE: usize = 22;
-/// Series per local device: port facts (6) and schedule figures (4).
-pub const SERIES_PER_DEVICE: usize = 10;
+/// node_info, responder sessions and verification, the series budget's own, pings shed.
+pub const SERIES_PER_NODE: usize = 23;
+/// Series per local device: port facts (6), schedule figures (4), pings answered, refused and
+/// their clock (3).
+pub const SERIES_PER_DEVICE: usize = 13;
+
+/// The per-path series of a node whose bursts' are `budget`'s and which shows `peers`
+/// `peer_info` series: those and its ping series, `model.ping_per_path` per path on `/metrics`,
+/// in the room the others leave in the budget.
+pub(crate) fn path_series<K: Clone + Ord>(
+    budget: &crate::metrics::budget::SeriesBudget<K>,
+    model: &SeriesModel,
+    peers: usize,
+) -> usize {
+    let room = budget.limit().saturating_sub(budget.series() + peers);
+    budget.series() + peers + (budget.paths() * model.ping_per_path).min(room)
+}
 
 /// Largest cluster `simulate` accepts.
 pub const MAX_NODES: usize = 100_000;
@@ -98,6 +111,10 @@ pub struct SeriesModel {
     /// Its derived series (message rate, setup time, byte and message totals; one more message
     /// rate once it has had a capacity burst): shed second.
     pub derived_per_path: usize,
+    /// Series of one pinged path (0: pings off). Every path on `/metrics` is pinged (a ping
+    /// target stays as long as a burst confirmed it within the TTL); the ping series take only
+    /// the room the bursts' series leave in the budget (docs/metrics.md, "Pings").
+    pub ping_per_path: usize,
     /// Series of a node that do not depend on its paths or devices.
     pub per_node: usize,
     /// Series per local device (port facts, schedule figures).
@@ -607,6 +624,7 @@ mod tests {
                 unpaced_every: 10,
                 detail_per_path: 12,
                 derived_per_path: 5,
+                ping_per_path: 6,
                 per_node: SERIES_PER_NODE,
                 per_device: SERIES_PER_DEVICE,
                 ttl: Duration::from_secs(900),

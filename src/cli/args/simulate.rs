@@ -93,6 +93,12 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub derived_series: usize,
 
+    /// Series of one pinged path (the RTT quantiles, the responder's delay, pings sent and
+    /// lost; 0: pings off). Every path on /metrics is pinged; its ping series take only the
+    /// room its node's bursts leave in the budget.
+    #[arg(long, value_name = "N", default_value_t = crate::metrics::ping::SERIES_PER_PATH)]
+    pub ping_series: usize,
+
     /// Series of one path's port traffic (the bytes and packets counters of both ends: 8 on a
     /// hardware RoCE port; the other traffic, 4); the budget sheds them first.
     #[arg(long, value_name = "N", default_value_t = 12)]
@@ -143,6 +149,7 @@ impl SimulateArgs {
                 unpaced_every: crate::config::DEFAULT_UNPACED_EVERY,
                 detail_per_path: self.port_traffic_series,
                 derived_per_path: self.derived_series,
+                ping_per_path: self.ping_series,
                 per_node: crate::simulate::SERIES_PER_NODE,
                 per_device: crate::simulate::SERIES_PER_DEVICE,
                 ttl: self.series_ttl,

@@ -202,9 +202,11 @@ impl ProbeRecorder {
         }
     }
 
-    /// A ping engine's report, shown in the room the bursts' series leave in the budget.
+    /// A ping engine's report, shown in the room the bursts' series and `peer_info` leave in
+    /// the budget.
     fn on_pings(&mut self, reports: &PingReports<PathLabels>) {
-        let room = self.budget.limit().saturating_sub(self.budget.series());
+        let used = self.budget.series() + self.shown_peers.len();
+        let room = self.budget.limit().saturating_sub(used);
         let budget = &self.budget;
         self.ping_series
             .apply(&self.families.pings, reports, room, |p| budget.contains(p));

@@ -1,15 +1,17 @@
 # The exporter's pings (tests/lab/ping.rs). Three nodes, each running the exporter on the full
 # mesh: a small burst a minute (its session tells the path where its pings go; rare, so that the
-# emulated nodes' CPUs, which stamp the pings, are quiet) and a ping on every path every 100 ms,
+# emulated nodes' CPUs, which stamp the pings, are quiet) and a ping on every path every 50 ms,
 # 500 ms timeout, 10 s window. Each node scrapes its own
 # /metrics into FILE-NODE.txt at every phase boundary:
 #  1. clean: once every path has had a window of RTTs for a window (clean-start), one window on
 #     (clean);
 #  2. `netem delay 3ms` on node2's NIC: two windows on (delay);
-#  3. cleared, one window on (recovered, also loss-start), then `netem loss 5%` on node2's NIC for
-#     two windows (loss-end);
+#  3. cleared, one window on (recovered), then `netem loss 5%` on node2's NIC for four windows
+#     (loss-end): about 900 pings a path, so that a 2-10% bound on 5% loss is missed by chance
+#     less than once in a thousand runs;
 #  4. cleared, then node2 is powered off: node1 and node3 scrape ten times (off-N), 0.5 s
 #     apart, to see every ping to node2 lost.
+#  5. node1 runs stock ib_write_lat and `probe --ping` to node3, one after the other.
 # node1 also records the ICMP RTT of its link to node2 next to its pings' (icmp_rtt_ms).
 bin=rdma-probe-exporter
 (umask 077 && echo "bGFiLXBpbmctcHNrLTAxMjM0NTY3ODlhYmNkZWZnaGlqaw==" >/tmp/psk)
@@ -34,7 +36,7 @@ defaults:
   unpaced_every: 0
   qp_timeout: 17
   timeout: 10s
-ping: {interval: 100ms, timeout: 500ms, window: ${WINDOW}s}
+ping: {interval: 50ms, timeout: 500ms, window: ${WINDOW}s}
 peers:
 $peers
 EOC
@@ -74,7 +76,7 @@ sleep $WINDOW
 scrape recovered
 lab_barrier recovered || exit 1
 [ "$LAB_NODE" = node2 ] && lab_netem loss 5%
-sleep $((2 * WINDOW))
+sleep $((4 * WINDOW))
 scrape loss-end
 lab_barrier lossy || exit 1
 [ "$LAB_NODE" = node2 ] && lab_clear_faults
@@ -95,6 +97,29 @@ for n in $(seq 10); do
   scrape "off-$n"
   sleep 0.5
 done
+# 5. Side by side on node1's link to node3: stock ib_write_lat (1000 round trips of 2 bytes;
+#    it prints half the round trip) and `probe --ping 1000 --ping-interval 10ms` to node3's
+#    exporter (the round trip, the responder's processing taken out).
+case $LAB_NODE in
+  node3)
+    ib_write_lat -d rxe0 -x 1 -n 1000 -F >lat-server.txt 2>&1 &
+    lat=$!
+    lab_wait_listening 18515 || exit 1
+    lab_signal lat-server
+    wait $lat
+    lab_result lat_server_exit "$?"
+    lab_wait_signal node1 probed 120 || exit 1
+    ;;
+  node1)
+    lab_wait_signal node3 lat-server 60 || exit 1
+    ib_write_lat -d rxe0 -x 1 -n 1000 -F "$(lab_addr node3)" >lat-client.txt 2>&1
+    lab_result lat_client_exit "$?"
+    $bin probe "$(lab_addr node3):18516" --psk-file /tmp/psk --device rxe0 --size 4KiB \
+      --qp-timeout 17 --ping 1000 --ping-interval 10ms --json >probe-ping.json 2>probe-ping.err
+    lab_result probe_ping_exit "$?"
+    lab_signal probed
+    ;;
+esac
 kill -TERM "$exporter"
 wait "$exporter"
 lab_result exporter_exit "$?"

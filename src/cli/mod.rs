@@ -29,6 +29,7 @@
 
 pub mod args;
 pub mod devices;
+mod ping;
 pub mod report;
 pub mod run;
 

@@ -173,6 +173,9 @@ async fn run_probe(action: ProbeAction) -> anyhow::Result<ExitCode> {
         Allowance::current(),
         "--message-size and --messages (or --tx-depth)",
     )?;
+    if let Some((count, interval)) = action.ping {
+        return super::ping::run(&action.settings, count, interval, action.json).await;
+    }
     let mut failed = false;
     let mut print = |outcome: &prober::ProbeOutcome| -> anyhow::Result<()> {
         let mut stdout = std::io::stdout().lock();
@@ -260,9 +263,14 @@ async fn run_responder(action: ResponderAction) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let mut settings = action.settings;
+    settings.pingers = responder::answering_pingers(
+        &settings.devices,
+        crate::metrics::budget::DEFAULT_SERIES_TTL,
+    );
     let responder = responder::run(
         listener,
-        action.settings,
+        settings,
         metrics.responder.clone(),
         readiness,
         async move {

@@ -41,7 +41,7 @@ use crate::http::{self, ExporterPages};
 use crate::memlock::{self, Allowance, MemlockError, Need};
 use crate::metrics::probe::ProbeEvent;
 use crate::metrics::Metrics;
-use crate::ping::{PingSettings, Pinger};
+use crate::ping::PingSettings;
 use crate::port::Sysfs;
 use crate::prober::ProbeError;
 use crate::readiness::Readiness;
@@ -266,23 +266,14 @@ fn start_pingers(
         ttl: config.series().ttl,
         max_paths: ping.max_paths,
     };
-    let mut pingers = BTreeMap::new();
-    for device in devices {
+    let devices = devices.iter().map(|d| (d.name.clone(), d.port));
+    responder::start_pingers(devices, settings, || {
         let events = events.clone();
         // A full queue drops a report: the next one carries the same totals.
-        let reports = Box::new(move |reports| {
+        Box::new(move |reports| {
             let _ = events.try_send(ProbeEvent::Pings(reports));
-        });
-        match Pinger::start(&device.name, device.port, settings, reports) {
-            Ok(pinger) => {
-                pingers.insert(device.name.clone(), pinger);
-            }
-            Err(e) => {
-                tracing::warn!(device = %device.name, error = %e, "no ping engine: the device's paths are probed by bursts only");
-            }
-        }
-    }
-    pingers
+        })
+    })
 }
 
 /// Refuses to start when RLIMIT_MEMLOCK cannot hold what the config's sessions may pin: the

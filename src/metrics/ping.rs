@@ -291,13 +291,19 @@ mod tests {
         let ms = Duration::from_millis;
         let window = WindowSummary {
             samples: 10,
+            rtt_min: ms(2),
             rtt_p50: ms(3),
             rtt_p90: ms(4),
             rtt_p99: ms(9),
+            rtt_max: ms(11),
             responder_p50: Duration::from_micros(150),
         };
-        series.apply(&f, &report(10, 0, Some(window), false), usize::MAX, |_| true);
-        series.apply(&f, &report(25, 2, Some(window), false), usize::MAX, |_| true);
+        series.apply(&f, &report(10, 0, Some(window), false), usize::MAX, |_| {
+            true
+        });
+        series.apply(&f, &report(25, 2, Some(window), false), usize::MAX, |_| {
+            true
+        });
         let out = text(&registry);
         let path = r#"device="rxe0",peer="node2",peer_device="rxe0""#;
         for line in [

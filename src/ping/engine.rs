@@ -74,6 +74,8 @@ pub struct PingTarget {
     /// The responder's name for `key`.
     pub key_id: u32,
     pub key: PingKey,
+    /// Stop after this many pings (`probe --ping`); `None`: as long as bursts confirm the path.
+    pub count: Option<u64>,
 }
 
 impl fmt::Debug for PingTarget {
@@ -82,6 +84,7 @@ impl fmt::Debug for PingTarget {
             .field("route", &self.route)
             .field("qpn", &self.qpn)
             .field("key_id", &self.key_id)
+            .field("count", &self.count)
             .finish_non_exhaustive()
     }
 }
@@ -269,6 +272,7 @@ struct Peer {
 
 struct Target {
     peer: Peer,
+    count: Option<u64>,
     /// The key of the session before, so answers to pings sent under it still count.
     previous: Option<(u32, PingKey)>,
     pings: PathPings,
@@ -497,6 +501,7 @@ impl<K: Ord + Clone> Engine<K> {
             Some(t) => {
                 let old = std::mem::replace(&mut t.peer, peer);
                 t.previous = Some((old.key_id, old.key));
+                t.count = target.count;
             }
             None => {
                 let pings = PathPings::new(
@@ -508,6 +513,7 @@ impl<K: Ord + Clone> Engine<K> {
                     path,
                     Target {
                         peer,
+                        count: target.count,
                         previous: None,
                         pings,
                     },
@@ -532,6 +538,15 @@ impl<K: Ord + Clone> Engine<K> {
                 self.free_sends.push(slot);
                 continue;
             };
+            if target
+                .count
+                .is_some_and(|n| target.pings.counts().sent >= n)
+            {
+                // All its pings sent: reported until it is removed, never due again.
+                self.free_sends.push(slot);
+                self.schedule.remove(&path);
+                continue;
+            }
             let seq = target.pings.on_posted(now, nanos(now));
             let packet = Packet {
                 kind: Kind::Ping,

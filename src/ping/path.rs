@@ -90,9 +90,11 @@ pub struct PathPings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowSummary {
     pub samples: usize,
+    pub rtt_min: Duration,
     pub rtt_p50: Duration,
     pub rtt_p90: Duration,
     pub rtt_p99: Duration,
+    pub rtt_max: Duration,
     pub responder_p50: Duration,
 }
 
@@ -238,9 +240,11 @@ impl PathPings {
         held.sort_unstable();
         Some(WindowSummary {
             samples: rtts.len(),
+            rtt_min: rtts[0],
             rtt_p50: nearest_rank(&rtts, 0.5),
             rtt_p90: nearest_rank(&rtts, 0.9),
             rtt_p99: nearest_rank(&rtts, 0.99),
+            rtt_max: rtts[rtts.len() - 1],
             responder_p50: nearest_rank(&held, 0.5),
         })
     }
@@ -457,12 +461,17 @@ mod tests {
         assert_eq!(s.rtt_p50, Duration::from_micros(50));
         assert_eq!(s.rtt_p90, Duration::from_micros(90));
         assert_eq!(s.rtt_p99, Duration::from_micros(99));
+        assert_eq!(
+            (s.rtt_min, s.rtt_max),
+            (Duration::from_micros(1), Duration::from_micros(100))
+        );
         assert_eq!(s.responder_p50, Duration::from_micros(2));
         // A minute later the first 50 have left the window.
         p.expire(ms(60_050));
         let s = p.summary().unwrap();
         assert_eq!(s.samples, 49);
         assert_eq!(s.rtt_p50, Duration::from_micros(76));
+        assert_eq!(s.rtt_min, Duration::from_micros(52));
         p.expire(ms(120_000));
         assert_eq!(p.summary(), None);
     }

@@ -36,7 +36,7 @@ use crate::verbs::{LocalPort, VerbsError};
 pub(crate) use checks::ensure_port_active;
 pub use outcome::ProbeOutcome;
 pub use request::{BurstKind, BurstRequest};
-pub use session::Session;
+pub use session::{learn_ping_target, Session};
 pub use slots::session_region_bytes;
 pub use sysfs::device_placement;
 pub(crate) use sysfs::{counter_reader, read_counters};

@@ -65,6 +65,29 @@ pub struct Session {
     ping: Option<PingTarget>,
 }
 
+/// Sets up a session to `settings`' responder only to learn where the path's pings go (and the
+/// responder device), then closes it: `probe --ping`.
+pub async fn learn_ping_target(
+    ctx: Context,
+    worker: BurstWorker,
+    settings: &ProbeSettings,
+    ping_qpn: u32,
+) -> Result<(PingTarget, String), ProbeError> {
+    let mut peer = None;
+    let session = Session::establish(ctx, worker, settings, &mut peer, Some(ping_qpn)).await?;
+    let found = session
+        .ping
+        .clone()
+        .map(|t| (t, session.peer_device.clone()));
+    session.close().await;
+    found.ok_or_else(|| {
+        ProbeError::new(
+            ErrorReason::Protocol,
+            "the responder answers no pings (a version without them, `ping.interval: off`, or a port without a GID)",
+        )
+    })
+}
+
 /// Where the path's pings go, from the responder's answer: its device's ping QP on the GID of
 /// the session's QPs (already checked against `rdma_networks`), tagged with the session's key.
 /// `None` when the responder runs no ping engine or the port has no GID.
@@ -86,6 +109,7 @@ fn ping_target(
         qpn: endpoint.qpn,
         key_id: endpoint.key_id,
         key: conn.ping_key()?.clone(),
+        count: None,
     })
 }
 

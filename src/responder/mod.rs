@@ -43,7 +43,7 @@ use crate::config::Labels;
 use crate::control::{AuthMode, Connection, Message};
 use crate::metrics::probe::PathLabels;
 use crate::metrics::ResponderMetrics;
-use crate::ping::Pinger;
+use crate::ping::{PingReports, PingSettings, Pinger};
 use crate::rdma_address::RdmaDestinations;
 use crate::readiness::{Readiness, ReadinessCondition};
 use crate::reason::ErrorReason;
@@ -101,6 +101,50 @@ pub struct ResponderSettings {
 
 /// A device's ping engine as the exporter runs it (its paths named by their metric labels).
 pub type DevicePinger = Pinger<PathLabels>;
+
+/// A ping engine for each `(device, port)`, each handing its reports to what `reports` makes
+/// for it. A device whose engine does not start is served (and probed) without pings, as the
+/// log says.
+pub fn start_pingers(
+    devices: impl IntoIterator<Item = (String, u8)>,
+    settings: PingSettings,
+    mut reports: impl FnMut() -> Box<dyn FnMut(PingReports<PathLabels>) + Send>,
+) -> BTreeMap<String, DevicePinger> {
+    let mut pingers = BTreeMap::new();
+    for (device, port) in devices {
+        match Pinger::start(&device, port, settings, reports()) {
+            Ok(pinger) => {
+                pingers.insert(device, pinger);
+            }
+            Err(e) => {
+                tracing::warn!(%device, error = %e, "no ping engine: the device sends and answers no pings");
+            }
+        }
+    }
+    pingers
+}
+
+/// The ping engines of a responder that only answers (the `responder` command): its devices by
+/// name (the first with an ACTIVE port for one not named), keys kept for `key_ttl`.
+pub fn answering_pingers(
+    devices: &[ServedDevice],
+    key_ttl: Duration,
+) -> BTreeMap<String, DevicePinger> {
+    let named = devices.iter().filter_map(|d| {
+        let ctx = Context::open(d.local.device.as_deref(), d.local.port).ok()?;
+        Some((ctx.device_name().to_owned(), d.local.port))
+    });
+    let settings = PingSettings {
+        // Reports go nowhere: the interval only paces them.
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(1),
+        window: Duration::from_secs(60),
+        max_rate: 1,
+        ttl: key_ttl,
+        max_paths: 1,
+    };
+    start_pingers(named, settings, || Box::new(|_| {}))
+}
 
 /// Why the responder could not run at all (per-session failures are logged, not returned).
 #[derive(Debug, Error)]

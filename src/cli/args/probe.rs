@@ -31,6 +31,10 @@ Examples:
   rdma-probe-exporter probe node-b:18516 --psk-file psk --duration 500ms --rate-limit 25% \\
       --qps 4 --json
 
+  # 1000 pings 10 ms apart instead of a burst (ib_write_lat's figures: RTT min, median, p99,
+  # max, and loss); the responder must answer pings (an exporter, or the responder command):
+  rdma-probe-exporter probe node-b:18516 --psk-file psk --ping 1000 --ping-interval 10ms
+
 Exit status 0 only if the burst ran and the responder verified its data.";
 
 /// `probe` flags.
@@ -73,6 +77,19 @@ pub struct ProbeArgs {
     /// link like for like (docs/perftest.md, "Calibration"); the exporter never busy-polls.
     #[arg(long)]
     pub busy_poll: bool,
+
+    /// Send this many pings instead of a burst: 48-byte UD datagrams the responder answers
+    /// twice, like the exporter's (docs/architecture.md, "Pings"). Prints the round-trip time's
+    /// min, median, p90, p99 and max (the responder's processing taken out) and the loss, as
+    /// ib_write_lat prints latency. A session is set up first to learn where pings go; the
+    /// burst flags size it but no burst runs.
+    #[arg(long, value_name = "N", conflicts_with_all = ["perftest", "bursts"], value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub ping: Option<u64>,
+
+    /// With --ping: the time between two pings (each jittered by up to 10%), e.g. 10ms. A ping
+    /// without an answer after a second is lost.
+    #[arg(long, value_name = "DURATION", default_value = "10ms", requires = "ping", value_parser = parse_ping_interval)]
+    pub ping_interval: Duration,
 
     /// Print one JSON object per burst (the probe outcome) on stdout instead of the table.
     #[arg(long)]
@@ -305,6 +322,8 @@ pub struct ProbeAction {
     pub perftest: Option<PerftestOptions>,
     /// Wait between bursts.
     pub pause: Duration,
+    /// `Some((count, interval))`: pings instead of a burst (`--ping`).
+    pub ping: Option<(u64, Duration)>,
 }
 
 impl ProbeArgs {
@@ -391,6 +410,7 @@ impl ProbeArgs {
             bursts: self.bursts,
             pause: self.pause,
             perftest,
+            ping: self.ping.map(|count| (count, self.ping_interval)),
         })
     }
 }
@@ -442,6 +462,14 @@ fn parse_rate_limit(s: &str) -> Result<RateLimit, String> {
         }
         e => format!("{e}; or `unpaced`"),
     })
+}
+
+fn parse_ping_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(60) {
+        return Err(format!("{s} is out of range (1ms to 1m)"));
+    }
+    Ok(d)
 }
 
 fn parse_pause(s: &str) -> Result<Duration, String> {

@@ -15,8 +15,8 @@ use super::{
 };
 use crate::metrics::budget::{PathSeries, SeriesBudget, DEFAULT_SERIES_BUDGET, DEFAULT_SERIES_TTL};
 use crate::metrics::ping::PingSeries;
-use crate::ping::PingReports;
 use crate::metrics::port::PortSeries;
+use crate::ping::PingReports;
 use crate::port::CounterKind;
 use crate::prober::BurstKind;
 use crate::reason::ErrorReason;

@@ -1,14 +1,15 @@
 # The exporter's pings (tests/lab/ping.rs). Three nodes, each running the exporter on the full
 # mesh: a small burst a minute (its session tells the path where its pings go; rare, so that the
-# emulated nodes' CPUs, which stamp the pings, are quiet) and a ping on every path every 50 ms,
-# 500 ms timeout, 10 s window. Each node scrapes its own
+# emulated nodes' CPUs, which stamp the pings, are quiet) and a ping on every path every 100 ms,
+# 500 ms timeout, 10 s window (at 50 ms the pings' own load moves a median by a millisecond from
+# one window to the next). Each node scrapes its own
 # /metrics into FILE-NODE.txt at every phase boundary:
 #  1. clean: once every path has had a window of RTTs for a window (clean-start), one window on
 #     (clean);
 #  2. `netem delay 3ms` on node2's NIC: two windows on (delay);
 #  3. cleared, one window on (recovered), then `netem loss 5%` on node2's NIC for four windows
-#     (loss-end): about 900 pings a path, so that a 2-10% bound on 5% loss is missed by chance
-#     less than once in a thousand runs;
+#     (loss-end): about 450 pings a path, so that a 2-10% bound on 5% loss is missed by chance
+#     about once in a thousand runs;
 #  4. cleared, then node2 is powered off: node1 and node3 scrape ten times (off-N), 0.5 s
 #     apart, to see every ping to node2 lost.
 #  5. node1 runs stock ib_write_lat and `probe --ping` to node3, one after the other.
@@ -36,7 +37,7 @@ defaults:
   unpaced_every: 0
   qp_timeout: 17
   timeout: 10s
-ping: {interval: 50ms, timeout: 500ms, window: ${WINDOW}s}
+ping: {interval: 100ms, timeout: 500ms, window: ${WINDOW}s}
 peers:
 $peers
 EOC
@@ -53,6 +54,7 @@ scrape() {
 }
 # has_window: every path of this node has its window's median.
 has_window() {
+  kill -0 "$exporter" || { cat exporter.log >&2; exit 1; }
   [ "$(lab_scrape | grep -c '^rdma_probe_ping_rtt_seconds{.*quantile="0.5"}')" -eq 2 ]
 }
 lab_wait_for "a window of RTTs on both paths" 150 has_window || exit 1

@@ -250,7 +250,7 @@ impl Default for Ping {
 
 /// Shortest and longest ping interval, timeout and window accepted.
 pub const PING_INTERVALS: std::ops::RangeInclusive<Duration> =
-    Duration::from_millis(100)..=Duration::from_secs(3600);
+    Duration::from_millis(10)..=Duration::from_secs(3600);
 pub const PING_TIMEOUTS: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(1)..=Duration::from_secs(60);
 pub const MAX_PING_WINDOW: Duration = Duration::from_secs(24 * 3600);

@@ -944,7 +944,7 @@ fn the_ping_section_has_defaults_bounds_and_off() {
         Duration::from_secs(120)
     );
     for (bad, says) in [
-        ("{interval: 10ms}", "ping.interval"),
+        ("{interval: 5ms}", "ping.interval"),
         ("{interval: sometimes}", "ping.interval"),
         ("{timeout: 0s}", "ping.timeout"),
         ("{interval: 10s, window: 5s}", "ping.window"),

@@ -394,7 +394,10 @@ impl<K: Ord + Clone> Engine<K> {
                     }
                     if let Some(failed) = self.failed.take() {
                         if let Err(e) = self.recover(failed) {
-                            return Stop::Failed(e);
+                            // A port that is down, say: try again (a second later) until it
+                            // comes back; no ping goes out meanwhile.
+                            tracing::debug!(device = %self.device, error = %e, "ping QP not brought up again yet");
+                            self.failed = Some(failed);
                         }
                     }
                 }
@@ -530,6 +533,10 @@ impl<K: Ord + Clone> Engine<K> {
     }
 
     fn send_due(&mut self, now: Duration) {
+        if self.failed.is_some() {
+            // The QP is down: nothing is sent until it is brought up again.
+            return;
+        }
         while let Some(path) = self.schedule.next_due(now) {
             let Some(slot) = self.free_sends.pop() else {
                 return;
@@ -619,8 +626,14 @@ impl<K: Ord + Clone> Engine<K> {
     fn recover(&mut self, (status, on): (WcStatus, &'static str)) -> Result<(), VerbsError> {
         let now = self.now();
         self.recoveries += 1;
-        tracing::warn!(device = %self.device, ?status, on, recoveries = self.recoveries,
-            "ping QP in the error state: reset and brought up again");
+        // Once a minute at most: a port that stays down fails the QP every second.
+        if self
+            .last_recovery
+            .is_none_or(|t| now.saturating_sub(t) >= Duration::from_secs(60))
+        {
+            tracing::warn!(device = %self.device, ?status, on, recoveries = self.recoveries,
+                "ping QP in the error state: reset and brought up again");
+        }
         if self
             .last_recovery
             .is_some_and(|t| now.saturating_sub(t) < Duration::from_secs(1))

@@ -284,8 +284,14 @@ async fn probe_families_of_many_paths_pass_promtool() {
         ok: true,
         at_unix_seconds: 1.7e9,
     });
+    // Ping figures of ten of the paths: their percentile gauges, counters and device families.
+    recorder.apply(ProbeEvent::Pings(ping_reports(10)));
     let text = get(server.addr, "/metrics", None).await;
     assert_eq!(text.status, 200);
+    assert_eq!(
+        text.body.matches("rdma_probe_ping_rtt_seconds{").count(),
+        30
+    );
     assert_eq!(text.body.matches("rdma_probe_success{").count(), 50);
     assert_eq!(
         text.body
@@ -578,4 +584,46 @@ async fn the_reload_endpoint_is_off_by_default_and_limited_when_on() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+/// One ping engine's report on `paths` paths of device `mlx5_0`.
+fn ping_reports(
+    paths: usize,
+) -> rdma_probe_exporter::ping::PingReports<rdma_probe_exporter::metrics::probe::PathLabels> {
+    use rdma_probe_exporter::metrics::probe::PathLabels;
+    use rdma_probe_exporter::ping::delay::Source;
+    use rdma_probe_exporter::ping::path::{Counts, WindowSummary};
+    use rdma_probe_exporter::ping::{PingReport, PingReports};
+    let us = std::time::Duration::from_micros;
+    let window = WindowSummary {
+        samples: 12,
+        rtt_min: us(3),
+        rtt_p50: us(4),
+        rtt_p90: us(6),
+        rtt_p99: us(9),
+        rtt_max: us(40),
+        responder_p50: us(1),
+    };
+    PingReports {
+        device: "mlx5_0".into(),
+        timestamps: Source::Software,
+        answered: 24,
+        refused: 1,
+        paths: (0..paths)
+            .map(|i| PingReport {
+                path: PathLabels {
+                    device: "mlx5_0".into(),
+                    peer: format!("node-{}", 4 * i),
+                    peer_device: "mlx5_0".into(),
+                },
+                counts: Counts {
+                    sent: 12,
+                    lost: 1,
+                    ..Counts::default()
+                },
+                window: Some(window),
+                gone: false,
+            })
+            .collect(),
+    }
 }

@@ -55,7 +55,7 @@ scrape() {
 # has_window: every path of this node has its window's median.
 has_window() {
   kill -0 "$exporter" || { cat exporter.log >&2; exit 1; }
-  [ "$(lab_scrape | grep -c '^rdma_probe_ping_rtt_seconds{.*quantile="0.5"}')" -eq 2 ]
+  [ "$(lab_scrape | grep -c '^rdma_probe_ping_rtt_seconds{.*percentile="50"}')" -eq 2 ]
 }
 lab_wait_for "a window of RTTs on both paths" 150 has_window || exit 1
 lab_barrier windows || exit 1

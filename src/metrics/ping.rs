@@ -23,11 +23,11 @@ use crate::ping::PingReports;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QuantileLabels {
+struct PercentileLabels {
     device: String,
     peer: String,
     peer_device: String,
-    quantile: &'static str,
+    percentile: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -41,14 +41,16 @@ struct ClockLabels {
     timestamp: &'static str,
 }
 
-const QUANTILES: [&str; 3] = ["0.5", "0.9", "0.99"];
+/// The window's percentiles, as the `percentile` label says them. Not `quantile`: Prometheus
+/// keeps that label for summaries, and these are gauges of a sliding window.
+const PERCENTILES: [&str; 3] = ["50", "90", "99"];
 /// Series of one pinged path at most: three RTT quantiles, the responder's delay, sent and lost.
 pub const SERIES_PER_PATH: usize = 6;
 
 /// The ping families, registered once.
 #[derive(Debug, Clone, Default)]
 pub struct PingFamilies {
-    rtt: Family<QuantileLabels, FloatGauge>,
+    rtt: Family<PercentileLabels, FloatGauge>,
     responder_delay: Family<PathLabels, FloatGauge>,
     sent: Family<PathLabels, Counter>,
     lost: Family<PathLabels, Counter>,
@@ -68,7 +70,7 @@ impl PingFamilies {
         }
         add!(
             "ping_rtt_seconds",
-            "Network round-trip time of the path's pings over the ping window (the responder's delay taken out), by quantile",
+            "Network round-trip time of the path's pings over the ping window (the responder's delay taken out), by percentile (50, 90, 99)",
             f.rtt.clone()
         );
         add!(
@@ -200,9 +202,9 @@ impl PingSeries {
         match window {
             Some(w) => {
                 let values = [w.rtt_p50, w.rtt_p90, w.rtt_p99];
-                for (quantile, value) in QUANTILES.into_iter().zip(values) {
+                for (percentile, value) in PERCENTILES.into_iter().zip(values) {
                     f.rtt
-                        .get_or_create(&quantile_labels(path, quantile))
+                        .get_or_create(&percentile_labels(path, percentile))
                         .set(value.as_secs_f64());
                 }
                 f.responder_delay
@@ -223,18 +225,18 @@ impl PingSeries {
 
 /// An empty window (every ping lost, or none yet) has no quantiles: absent, not zero.
 fn remove_window(f: &PingFamilies, path: &PathLabels) {
-    for quantile in QUANTILES {
-        f.rtt.remove(&quantile_labels(path, quantile));
+    for percentile in PERCENTILES {
+        f.rtt.remove(&percentile_labels(path, percentile));
     }
     f.responder_delay.remove(path);
 }
 
-fn quantile_labels(path: &PathLabels, quantile: &'static str) -> QuantileLabels {
-    QuantileLabels {
+fn percentile_labels(path: &PathLabels, percentile: &'static str) -> PercentileLabels {
+    PercentileLabels {
         device: path.device.clone(),
         peer: path.peer.clone(),
         peer_device: path.peer_device.clone(),
-        quantile,
+        percentile,
     }
 }
 
@@ -309,14 +311,14 @@ mod tests {
         for line in [
             format!("rdma_probe_ping_sent_total{{{path}}} 25"),
             format!("rdma_probe_ping_lost_total{{{path}}} 2"),
-            format!("rdma_probe_ping_rtt_seconds{{{path},quantile=\"0.99\"}} 0.009"),
+            format!("rdma_probe_ping_rtt_seconds{{{path},percentile=\"99\"}} 0.009"),
             format!("rdma_probe_ping_responder_delay_seconds{{{path}}} 0.00015"),
             r#"rdma_probe_ping_answered_total{device="rxe0"} 7"#.to_owned(),
             r#"rdma_probe_ping_timestamp_info{device="rxe0",timestamp="software"} 1"#.to_owned(),
         ] {
             assert!(out.contains(&line), "{line} missing from\n{out}");
         }
-        // Every ping of the window lost: no quantile, but the counters stay.
+        // Every ping of the window lost: no percentile, but the counters stay.
         series.apply(&f, &report(30, 7, None, false), usize::MAX, |_| true);
         let out = text(&registry);
         assert!(!out.contains("rdma_probe_ping_rtt_seconds{"), "{out}");

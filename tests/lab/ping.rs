@@ -41,9 +41,9 @@ fn figures(run: &LabRun, node: &str, name: &str) -> BTreeMap<String, Figures> {
             at_ms,
             ..Figures::default()
         });
-        match (series.split('{').next(), label(series, "quantile")) {
-            (Some("rdma_probe_ping_rtt_seconds"), Some("0.5")) => f.p50_ms = Some(value * 1e3),
-            (Some("rdma_probe_ping_rtt_seconds"), Some("0.99")) => f.p99_ms = Some(value * 1e3),
+        match (series.split('{').next(), label(series, "percentile")) {
+            (Some("rdma_probe_ping_rtt_seconds"), Some("50")) => f.p50_ms = Some(value * 1e3),
+            (Some("rdma_probe_ping_rtt_seconds"), Some("99")) => f.p99_ms = Some(value * 1e3),
             (Some("rdma_probe_ping_sent_total"), _) => f.sent = value,
             (Some("rdma_probe_ping_lost_total"), _) => f.lost = value,
             _ => {}

@@ -9,7 +9,8 @@
 //!   ([`Pinger::answer`]); a ping tagged with that key is answered twice (the ack at once, then
 //!   how long the ping was held), anything else is counted as refused and dropped.
 //! - **Event-driven**: the thread sleeps on the CQ's completion channel until a completion, the
-//!   next due ping or report, or at most [`COMMAND_WAIT`] (to take up new targets and keys).
+//!   next due ping or report, or a command from a handle (a new target or key), which wakes it
+//!   through a socket pair.
 //! - **Timestamps**: the CPU's monotonic clock (a send is stamped right after its post returns,
 //!   a receive when its completion is polled); the NIC's completion timestamps are not read yet.
 //!
@@ -17,6 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsFd as _;
+use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
@@ -25,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::verbs::{
     AddressHandle, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    RemoteAccess, Route, UdQueuePair, VerbsError, WcStatus, GRH_LEN,
+    RemoteAccess, Route, UdQueuePair, VerbsError, WcStatus, Woken, GRH_LEN,
 };
 
 use super::delay::{Clock, Source};
@@ -41,8 +45,6 @@ const RECVS: usize = 256;
 const SENDS: usize = 256;
 const SLOT: usize = GRH_LEN + PACKET_LEN;
 const POLL_BATCH: usize = 32;
-/// The longest the thread sleeps: how soon it takes up a new target or key.
-const COMMAND_WAIT: Duration = Duration::from_millis(100);
 /// Commands waiting for the thread at most; past it a confirmation is dropped (the next burst
 /// confirms again) and a key to answer with is refused (that session's pings go unanswered).
 const COMMAND_QUEUE: usize = 4096;
@@ -125,6 +127,8 @@ enum Command<K> {
 /// A handle on a device's ping engine; the engine stops when the last handle is dropped.
 pub struct Pinger<K> {
     commands: SyncSender<Command<K>>,
+    /// Written to after each command, so the sleeping thread wakes for it.
+    wake: Arc<UnixStream>,
     qpn: u32,
     device: Arc<str>,
     next_key_id: Arc<AtomicU32>,
@@ -134,6 +138,7 @@ impl<K> Clone for Pinger<K> {
     fn clone(&self) -> Self {
         Pinger {
             commands: self.commands.clone(),
+            wake: Arc::clone(&self.wake),
             qpn: self.qpn,
             device: Arc::clone(&self.device),
             next_key_id: Arc::clone(&self.next_key_id),
@@ -170,6 +175,13 @@ impl<K: Ord + Clone + Send + 'static> Pinger<K> {
             qp.post_recv(&mr, slot * SLOT, SLOT as u32, slot as u64)?;
         }
         let (commands, commands_rx) = mpsc::sync_channel(COMMAND_QUEUE);
+        let (wake, woken) = UnixStream::pair()
+            .and_then(|(w, r)| {
+                w.set_nonblocking(true)?;
+                r.set_nonblocking(true)?;
+                Ok((w, r))
+            })
+            .map_err(|e| VerbsError::InvalidArgument(format!("the ping thread's wake-up: {e}")))?;
         let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
         let qpn = qp.qpn();
         let name = ctx.device_name().to_owned();
@@ -188,6 +200,7 @@ impl<K: Ord + Clone + Send + 'static> Pinger<K> {
                     device: name,
                     settings,
                     commands: commands_rx,
+                    woken,
                     reports,
                     pd,
                     cq,
@@ -212,6 +225,7 @@ impl<K: Ord + Clone + Send + 'static> Pinger<K> {
             .map_err(|e| VerbsError::InvalidArgument(format!("starting the ping thread: {e}")))?;
         Ok(Pinger {
             commands,
+            wake: Arc::new(wake),
             qpn,
             device: Arc::from(device),
             next_key_id: Arc::new(AtomicU32::new(seed as u32 | 1)),
@@ -250,7 +264,8 @@ impl<K: Ord + Clone + Send + 'static> Pinger<K> {
 
     fn send(&self, command: Command<K>, what: &str) {
         match self.commands.try_send(command) {
-            Ok(()) => {}
+            // A full socket buffer already holds a wake-up: nothing is lost by ignoring it.
+            Ok(()) => drop((&*self.wake).write(&[1])),
             Err(TrySendError::Full(_)) => {
                 tracing::warn!(device = %self.device, "ping engine busy: {what} was dropped");
             }
@@ -305,6 +320,8 @@ struct Engine<K> {
     device: String,
     settings: PingSettings,
     commands: Receiver<Command<K>>,
+    /// Readable when a handle sent a command, or when the last handle is gone (end of file).
+    woken: UnixStream,
     reports: Box<dyn FnMut(PingReports<K>) + Send>,
     pd: ProtectionDomain,
     cq: CompletionQueue,
@@ -381,7 +398,12 @@ impl<K: Ord + Clone> Engine<K> {
                 self.cq.arm()?;
                 let n = self.cq.poll(&mut completions)?;
                 if n == 0 {
-                    self.cq.wait(self.sleep_for(now))?;
+                    let woken = self
+                        .cq
+                        .wait_or(Some(self.woken.as_fd()), self.sleep_for(now))?;
+                    if woken == Woken::Other {
+                        self.drain_wake_ups();
+                    }
                 }
                 Ok(n)
             });
@@ -412,7 +434,14 @@ impl<K: Ord + Clone> Engine<K> {
             .wake_at()
             .unwrap_or(Duration::MAX)
             .min(self.next_report);
-        wake.saturating_sub(now).min(COMMAND_WAIT)
+        wake.saturating_sub(now)
+    }
+
+    /// Reads the wake-up bytes; the commands themselves are taken at the top of the loop (and an
+    /// end of file there means every handle is gone).
+    fn drain_wake_ups(&mut self) {
+        let mut bytes = [0u8; 64];
+        while matches!((&self.woken).read(&mut bytes), Ok(n) if n > 0) {}
     }
 
     fn take_commands(&mut self) -> Result<(), Stop> {

@@ -32,7 +32,9 @@ pub use qp::{
     PathParams, QpCaps, QueuePair, RemoteAddr, RemoteEndpoint, RtsParams, WriteRequest,
     MAX_FLOW_LABEL, MAX_PSN,
 };
-pub use resources::{Completion, CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess};
+pub use resources::{
+    Completion, CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess, Woken,
+};
 pub use types::{
     bytes_to_mtu, effective_speed_code, lane_rate_bits_per_second, link_rate_bits_per_second,
     mtu_to_bytes, select_gid, select_gid_with, speed_name, wc_opcode, width_lanes, width_name, Gid,

@@ -9,7 +9,7 @@
 use std::alloc::{self, Layout};
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -453,6 +453,12 @@ impl CompletionQueue {
     /// destroying the CQ never blocks on unacked events). Returns `false` on timeout. A zero
     /// timeout only checks. The completions themselves must still be fetched with `poll`.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        Ok(self.wait_or(None, timeout)? == Woken::Completion)
+    }
+
+    /// [`Self::wait`], also woken when `other` (say, the read end of a socket pair another
+    /// thread writes to) becomes readable; its data is the caller's to read.
+    pub fn wait_or(&self, other: Option<BorrowedFd<'_>>, timeout: Duration) -> Result<Woken> {
         let deadline = Instant::now().checked_add(timeout);
         let fd = self.channel.as_raw_fd();
         loop {
@@ -462,13 +468,15 @@ impl CompletionQueue {
             };
             // Round up so a sub-millisecond timeout sleeps instead of spinning.
             let ms = i32::try_from(remaining.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-            let mut pfd = libc::pollfd {
+            let pollfd = |fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
-            // SAFETY: `pfd` is one valid `pollfd`; `fd` is the channel's fd, kept open by `self`.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            let mut pfds = [pollfd(fd), pollfd(other.map_or(-1, |o| o.as_raw_fd()))];
+            // SAFETY: `pfds` is two valid `pollfd`s (a negative fd is ignored by poll(2)); `fd`
+            // is the channel's fd, kept open by `self`, and `other` is borrowed for the call.
+            let r = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -480,7 +488,10 @@ impl CompletionQueue {
                 });
             }
             if r == 0 {
-                return Ok(false);
+                return Ok(Woken::Timeout);
+            }
+            if pfds[0].revents == 0 {
+                return Ok(Woken::Other);
             }
             let mut ev_cq: *mut ibv_cq = ptr::null_mut();
             let mut ev_ctx: *mut libc::c_void = ptr::null_mut();
@@ -498,7 +509,7 @@ impl CompletionQueue {
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
                     // Spurious wake-up (or another thread took the event): wait out the rest.
                     if remaining.is_zero() {
-                        return Ok(false);
+                        return Ok(Woken::Timeout);
                     }
                     continue;
                 }
@@ -512,9 +523,19 @@ impl CompletionQueue {
                 // this channel) and is live; exactly one event is acknowledged.
                 unsafe { rdma_mummy_sys::ibv_ack_cq_events(ev_cq, 1) };
             }
-            return Ok(true);
+            return Ok(Woken::Completion);
         }
     }
+}
+
+/// What ended a [`CompletionQueue::wait_or`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// The CQ raised a completion event.
+    Completion,
+    /// The other fd became readable.
+    Other,
+    Timeout,
 }
 
 #[cfg(test)]

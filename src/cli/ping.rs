@@ -14,7 +14,7 @@ use crate::ping::{PingReports, PingSettings, Pinger};
 use crate::prober::{self, device_placement, BurstWorker, ProbeSettings};
 use crate::verbs::Context;
 
-/// A ping without both answers after this is lost.
+/// A ping whose first answer (the ack) has not come after this is lost.
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What `probe --ping --json` prints.

@@ -226,7 +226,7 @@ impl Default for Series {
 pub struct Ping {
     /// Each path's ping period; `None` (`interval: off`): no pings sent, none answered.
     pub interval: Option<Duration>,
-    /// A ping without both answers after this is lost.
+    /// A ping whose first answer (the ack) has not come after this is lost.
     pub timeout: Duration,
     /// The RTT quantiles cover this much of the past.
     pub window: Duration,

@@ -3,10 +3,10 @@
 //!
 //! - **Targets** come from burst sessions: a session's `SessionAccept` names the peer device's
 //!   ping QP and the id of the key both ends derived from the control handshake; each burst
-//!   confirms its path again ([`Pinger::confirm`]), and a path no burst confirmed for the
+//!   confirms its path again ([`super::Pinger::confirm`]), and a path no burst confirmed for the
 //!   schedule's `ttl` stops being pinged ([`super::schedule`]).
 //! - **Answers**: a responder session registers the prober's ping QP and the session's key
-//!   ([`Pinger::answer`]); a ping tagged with that key is answered twice (the ack at once, then
+//!   ([`super::Pinger::answer`]); a ping tagged with that key is answered twice (the ack at once, then
 //!   how long the ping was held), anything else is counted as refused and dropped.
 //! - **Event-driven**: the thread sleeps on the CQ's completion channel until a completion, the
 //!   next due ping or report, or a command from a handle (a new target or key), which wakes it
@@ -17,14 +17,11 @@
 //! Every interval the engine hands the caller a [`PingReports`]: each target's counts and window.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::os::fd::AsFd as _;
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use crate::verbs::{
@@ -34,7 +31,8 @@ use crate::verbs::{
 
 use super::delay::{Clock, Source};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
-use super::path::{Counts, PathPings, WindowSummary};
+use super::path::{Counts, PathPings};
+use super::pinger::{Command, PingReport, PingReports, PingSettings, PingTarget};
 use super::schedule::{PingSchedule, ScheduleSettings};
 
 /// The Q_Key of every ping QP ("rdpa").
@@ -45,235 +43,77 @@ const RECVS: usize = 256;
 const SENDS: usize = 256;
 const SLOT: usize = GRH_LEN + PACKET_LEN;
 const POLL_BATCH: usize = 32;
-/// Commands waiting for the thread at most; past it a confirmation is dropped (the next burst
-/// confirms again) and a key to answer with is refused (that session's pings go unanswered).
-const COMMAND_QUEUE: usize = 4096;
 /// The most probers' keys a device answers with; the one unused longest makes room.
 const MAX_ANSWERERS: usize = 4096;
 
-/// How a device's pings run (the config's `ping` section).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PingSettings {
-    pub interval: Duration,
-    /// A ping without both answers after this is lost.
-    pub timeout: Duration,
-    /// The RTT quantiles cover this much of the past.
-    pub window: Duration,
-    /// The most pings a second the device sends.
-    pub max_rate: u32,
-    /// A target no burst confirmed for this long stops being pinged, and a key no ping used for
-    /// this long is forgotten.
-    pub ttl: Duration,
-    /// The most paths the device pings.
-    pub max_paths: usize,
+/// What [`spawn`] started: the ping QP's number, and a seed that differs from node to node.
+pub(super) struct Started {
+    pub(super) qpn: u32,
+    pub(super) seed: u64,
 }
 
-/// Where one path's pings go: the peer device's ping QP, and the session key that tags them.
-#[derive(Clone)]
-pub struct PingTarget {
-    pub route: Route,
-    pub qpn: u32,
-    /// The responder's name for `key`.
-    pub key_id: u32,
-    pub key: PingKey,
-    /// Stop after this many pings (`probe --ping`); `None`: as long as bursts confirm the path.
-    pub count: Option<u64>,
-}
-
-impl fmt::Debug for PingTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PingTarget")
-            .field("route", &self.route)
-            .field("qpn", &self.qpn)
-            .field("key_id", &self.key_id)
-            .field("count", &self.count)
-            .finish_non_exhaustive()
+/// Opens `device`'s `port`, creates the ping QP and starts the engine's thread, which takes
+/// `commands` (a byte on `woken` wakes it for each) and hands `reports` its figures.
+pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
+    device: &str,
+    port: u8,
+    settings: PingSettings,
+    commands: Receiver<Command<K>>,
+    woken: UnixStream,
+    reports: Box<dyn FnMut(PingReports<K>) + Send>,
+) -> Result<Started, VerbsError> {
+    let ctx = Context::open(Some(device), port)?;
+    let pd = ctx.alloc_pd()?;
+    // Room for every work request's completion twice over.
+    let cq = ctx.create_cq(2 * (RECVS + SENDS) as u32)?;
+    let mut qp = pd.create_ud_qp(&cq, RECVS.max(SENDS) as u32)?;
+    qp.activate(port, 0, PING_QKEY, 0)?;
+    let mr = pd.register((RECVS + SENDS) * SLOT, RemoteAccess::Receives)?;
+    for slot in 0..RECVS {
+        qp.post_recv(&mr, slot * SLOT, SLOT as u32, slot as u64)?;
     }
-}
-
-/// One path's figures: counts since it was first pinged, and its window's quantiles.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PingReport<K> {
-    pub path: K,
-    pub counts: Counts,
-    pub window: Option<WindowSummary>,
-    /// The path is no longer pinged: its series go.
-    pub gone: bool,
-}
-
-/// What a device's engine reports every interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PingReports<K> {
-    pub device: String,
-    pub timestamps: Source,
-    /// Pings of other nodes answered, and packets refused (no key, wrong tag, not a ping), since
-    /// the start.
-    pub answered: u64,
-    pub refused: u64,
-    pub paths: Vec<PingReport<K>>,
-}
-
-enum Command<K> {
-    Confirm(K, PingTarget),
-    Retain(Vec<K>),
-    Answer {
-        key_id: u32,
-        route: Route,
-        qpn: u32,
-        key: PingKey,
-    },
-}
-
-/// A handle on a device's ping engine; the engine stops when the last handle is dropped.
-pub struct Pinger<K> {
-    commands: SyncSender<Command<K>>,
-    /// Written to after each command, so the sleeping thread wakes for it.
-    wake: Arc<UnixStream>,
-    qpn: u32,
-    device: Arc<str>,
-    next_key_id: Arc<AtomicU32>,
-}
-
-impl<K> Clone for Pinger<K> {
-    fn clone(&self) -> Self {
-        Pinger {
-            commands: self.commands.clone(),
-            wake: Arc::clone(&self.wake),
-            qpn: self.qpn,
-            device: Arc::clone(&self.device),
-            next_key_id: Arc::clone(&self.next_key_id),
-        }
-    }
-}
-
-impl<K> fmt::Debug for Pinger<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinger")
-            .field("device", &self.device)
-            .field("qpn", &self.qpn)
-            .finish()
-    }
-}
-
-impl<K: Ord + Clone + Send + 'static> Pinger<K> {
-    /// Opens `device`'s `port`, creates the ping QP and starts the engine's thread, which hands
-    /// `reports` its figures every `settings.interval`.
-    pub fn start(
-        device: &str,
-        port: u8,
-        settings: PingSettings,
-        reports: Box<dyn FnMut(PingReports<K>) + Send>,
-    ) -> Result<Pinger<K>, VerbsError> {
-        let ctx = Context::open(Some(device), port)?;
-        let pd = ctx.alloc_pd()?;
-        // Room for every work request's completion twice over.
-        let cq = ctx.create_cq(2 * (RECVS + SENDS) as u32)?;
-        let mut qp = pd.create_ud_qp(&cq, RECVS.max(SENDS) as u32)?;
-        qp.activate(port, 0, PING_QKEY, 0)?;
-        let mr = pd.register((RECVS + SENDS) * SLOT, RemoteAccess::Receives)?;
-        for slot in 0..RECVS {
-            qp.post_recv(&mr, slot * SLOT, SLOT as u32, slot as u64)?;
-        }
-        let (commands, commands_rx) = mpsc::sync_channel(COMMAND_QUEUE);
-        let (wake, woken) = UnixStream::pair()
-            .and_then(|(w, r)| {
-                w.set_nonblocking(true)?;
-                r.set_nonblocking(true)?;
-                Ok((w, r))
-            })
-            .map_err(|e| VerbsError::InvalidArgument(format!("the ping thread's wake-up: {e}")))?;
-        let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
-        let qpn = qp.qpn();
-        let name = ctx.device_name().to_owned();
-        // The engine holds address handles in `Rc`s, so it is built on its own thread.
-        std::thread::Builder::new()
-            .name(format!("ping-{device}"))
-            .spawn(move || {
-                let schedule = ScheduleSettings {
-                    interval: settings.interval,
-                    min_gap: Duration::from_secs(1) / settings.max_rate.max(1),
-                    ttl: settings.ttl,
-                    max_targets: settings.max_paths,
-                };
-                Engine {
-                    started: Instant::now(),
-                    device: name,
-                    settings,
-                    commands: commands_rx,
-                    woken,
-                    reports,
-                    pd,
-                    cq,
-                    qp,
-                    mr,
-                    free_sends: (0..SENDS).collect(),
-                    sending: (0..SENDS).map(|_| None).collect(),
-                    schedule: PingSchedule::new(schedule, seed),
-                    targets: BTreeMap::new(),
-                    answerers: HashMap::new(),
-                    gone: Vec::new(),
-                    answered: 0,
-                    refused: 0,
-                    next_report: settings.interval,
-                    port,
-                    failed: None,
-                    recoveries: 0,
-                    last_recovery: None,
-                }
-                .run()
-            })
-            .map_err(|e| VerbsError::InvalidArgument(format!("starting the ping thread: {e}")))?;
-        Ok(Pinger {
-            commands,
-            wake: Arc::new(wake),
-            qpn,
-            device: Arc::from(device),
-            next_key_id: Arc::new(AtomicU32::new(seed as u32 | 1)),
+    let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
+    let qpn = qp.qpn();
+    let name = ctx.device_name().to_owned();
+    // The engine holds address handles in `Rc`s, so it is built on its own thread.
+    std::thread::Builder::new()
+        .name(format!("ping-{device}"))
+        .spawn(move || {
+            let schedule = ScheduleSettings {
+                interval: settings.interval,
+                min_gap: Duration::from_secs(1) / settings.max_rate.max(1),
+                ttl: settings.ttl,
+                max_targets: settings.max_paths,
+            };
+            Engine {
+                started: Instant::now(),
+                device: name,
+                settings,
+                commands,
+                woken,
+                reports,
+                pd,
+                cq,
+                qp,
+                mr,
+                free_sends: (0..SENDS).collect(),
+                sending: (0..SENDS).map(|_| None).collect(),
+                schedule: PingSchedule::new(schedule, seed),
+                targets: BTreeMap::new(),
+                answerers: HashMap::new(),
+                gone: Vec::new(),
+                answered: 0,
+                refused: 0,
+                next_report: settings.interval,
+                port,
+                failed: None,
+                recoveries: 0,
+                last_recovery: None,
+            }
+            .run()
         })
-    }
-
-    /// The device's ping QP number (what a `SessionAccept` or `SessionRequest` tells the peer).
-    pub fn qpn(&self) -> u32 {
-        self.qpn
-    }
-
-    /// A burst session to `path` (re)learnt where its pings go: ping it from now on, or keep
-    /// pinging it.
-    pub fn confirm(&self, path: K, target: PingTarget) {
-        self.send(Command::Confirm(path, target), "a path to ping");
-    }
-
-    /// The device's paths are now `paths` (after a reload): stop pinging the others.
-    pub fn retain(&self, paths: Vec<K>) {
-        self.send(Command::Retain(paths), "the paths to keep pinging");
-    }
-
-    /// Answer the pings tagged with `key` that come from the prober's ping QP `qpn` along
-    /// `route` (back to the prober); returns the key's id, which the prober's pings carry.
-    pub fn answer(&self, route: Route, qpn: u32, key: PingKey) -> u32 {
-        let key_id = self.next_key_id.fetch_add(1, Ordering::Relaxed);
-        let command = Command::Answer {
-            key_id,
-            route,
-            qpn,
-            key,
-        };
-        self.send(command, "a prober's key");
-        key_id
-    }
-
-    fn send(&self, command: Command<K>, what: &str) {
-        match self.commands.try_send(command) {
-            // A full socket buffer already holds a wake-up: nothing is lost by ignoring it.
-            Ok(()) => drop((&*self.wake).write(&[1])),
-            Err(TrySendError::Full(_)) => {
-                tracing::warn!(device = %self.device, "ping engine busy: {what} was dropped");
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                tracing::debug!(device = %self.device, "ping engine stopped: {what} was dropped");
-            }
-        }
-    }
+        .map_err(|e| VerbsError::InvalidArgument(format!("starting the ping thread: {e}")))?;
+    Ok(Started { qpn, seed })
 }
 
 /// Where a target's pings go, as the last burst session learnt it.
@@ -496,19 +336,14 @@ impl<K: Ord + Clone> Engine<K> {
         if let Some(evicted) = self.schedule.confirm(now, path.clone()) {
             self.forget(evicted);
         }
-        let existing = self.targets.get(&path).map(|t| {
-            (
-                t.peer.route == target.route
-                    && t.peer.qpn == target.qpn
-                    && t.peer.key_id == target.key_id,
-                t.peer.route == target.route,
-            )
-        });
-        if existing.is_some_and(|(same, _)| same) {
-            return;
-        }
-        let ah = match existing {
-            Some((_, true)) => self.targets.get(&path).map(|t| Rc::clone(&t.peer.ah)),
+        // The same peer and key: nothing to learn. The same route: its address handle serves.
+        let ah = match self.targets.get(&path).map(|t| &t.peer) {
+            Some(p)
+                if p.route == target.route && (p.qpn, p.key_id) == (target.qpn, target.key_id) =>
+            {
+                return
+            }
+            Some(p) if p.route == target.route => Some(Rc::clone(&p.ah)),
             _ => None,
         };
         let ah = match ah {

@@ -18,12 +18,14 @@
 //!   long it stays a target.
 //!
 //! And the I/O around them, [`engine`]: a thread per device with one UD QP that pings the
-//! device's targets and answers other nodes' pings.
+//! device's targets and answers other nodes' pings, driven through its handle, [`pinger`].
 
 pub mod delay;
 pub mod engine;
 pub mod packet;
 pub mod path;
+pub mod pinger;
 pub mod schedule;
 
-pub use engine::{PingReport, PingReports, PingSettings, PingTarget, Pinger, PING_QKEY};
+pub use engine::PING_QKEY;
+pub use pinger::{PingReport, PingReports, PingSettings, PingTarget, Pinger};

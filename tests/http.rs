@@ -609,6 +609,7 @@ fn ping_reports(
         timestamps: Source::Software,
         answered: 24,
         refused: 1,
+        rtts: vec![us(4), us(6), us(40)],
         paths: (0..paths)
             .map(|i| PingReport {
                 path: PathLabels {

@@ -10,9 +10,13 @@
 #  3. cleared, one window on (recovered), then `netem loss 5%` on node2's NIC for four windows
 #     (loss-end): about 450 pings a path, so that a 2-10% bound on 5% loss is missed by chance
 #     about once in a thousand runs;
-#  4. cleared, then node2 is powered off: node1 and node3 scrape ten times (off-N), 0.5 s
-#     apart, to see every ping to node2 lost.
-#  5. node1 runs stock ib_write_lat and `probe --ping` to node3, one after the other.
+#  4. cleared, then node2's exporter restarts: node1 and node3 scrape fifteen times
+#     (restart-N), a second apart, to see their pings to node2 answered again;
+#  5. node2 is powered off: node1 and node3 scrape ten times (off-N), 0.5 s apart, to see every
+#     ping to node2 lost.
+#  6. node1 runs stock ib_write_lat and `probe --ping` to node3, one after the other;
+#  7. node1 pings node3 200 times a second for 10 s (`probe --ping`), the rate of 1,000 paths
+#     pinged every 5 s: what it costs node3's ping thread, which answers, and the probe.
 # node1 also records the ICMP RTT of its link to node2 next to its pings' (icmp_rtt_ms).
 bin=rdma-probe-exporter
 (umask 077 && echo "bGFiLXBpbmctcHNrLTAxMjM0NTY3ODlhYmNkZWZnaGlqaw==" >/tmp/psk)
@@ -41,15 +45,25 @@ ping: {interval: 100ms, timeout: 500ms, window: ${WINDOW}s}
 peers:
 $peers
 EOC
-$bin run --config /tmp/exporter.yaml >exporter.log 2>&1 &
-exporter=$!
+start_exporter() {
+  $bin run --config /tmp/exporter.yaml >>exporter.log 2>&1 &
+  exporter=$!
+}
+ready() { curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9587/readyz; }
+start_exporter
 # scrape NAME: this node's /metrics into NAME-NODE.txt, between lines with the time (ms) before
 # and after it.
+# A "# ping_thread_ticks USER SYSTEM" line gives the CPU clock ticks (1/100 s) the exporter's
+# ping thread has used.
 scrape() {
   {
     echo "# scrape_start_ms $(date +%s%3N)"
     curl -sS --max-time 5 http://127.0.0.1:9587/metrics
     echo "# scrape_end_ms $(date +%s%3N)"
+    for task in /proc/"$exporter"/task/*; do
+      [ "$(cat "$task/comm" 2>/dev/null)" = ping-rxe0 ] &&
+        awk '{print "# ping_thread_ticks", $14, $15}' "$task/stat"
+    done
   } >"$1-$LAB_NODE.txt"
 }
 # has_window: every path of this node has its window's median.
@@ -83,6 +97,26 @@ scrape loss-end
 lab_barrier lossy || exit 1
 [ "$LAB_NODE" = node2 ] && lab_clear_faults
 lab_barrier cleared || exit 1
+# 4. node2's exporter restarts (a new ping QP, new keys): the others learn its targets again
+#    once their pings go unanswered, without waiting for their next burst (a minute away).
+case $LAB_NODE in
+  node2)
+    kill -TERM "$exporter"
+    wait "$exporter"
+    start_exporter
+    lab_wait_for "the restarted exporter" 60 ready || exit 1
+    lab_signal restarted
+    ;;
+  *)
+    lab_wait_signal node2 restarted 120 || exit 1
+    date +%s%3N >"restart-start-$LAB_NODE"
+    for n in $(seq 15); do
+      scrape "restart-$n"
+      sleep 1
+    done
+    ;;
+esac
+lab_barrier relearnt || exit 1
 case $LAB_NODE in
   node1)
     lab_stop_node node2 || exit 1
@@ -99,7 +133,7 @@ for n in $(seq 10); do
   scrape "off-$n"
   sleep 0.5
 done
-# 5. Side by side on node1's link to node3: stock ib_write_lat (1000 round trips of 2 bytes;
+# 6. Side by side on node1's link to node3: stock ib_write_lat (1000 round trips of 2 bytes;
 #    it prints half the round trip) and `probe --ping 1000 --ping-interval 10ms` to node3's
 #    exporter (the round trip, the responder's processing taken out).
 case $LAB_NODE in
@@ -111,6 +145,10 @@ case $LAB_NODE in
     wait $lat
     lab_result lat_server_exit "$?"
     lab_wait_signal node1 probed 120 || exit 1
+    scrape rate-start
+    lab_signal rate-start
+    lab_wait_signal node1 rate-done 120 || exit 1
+    scrape rate-end
     ;;
   node1)
     lab_wait_signal node3 lat-server 60 || exit 1
@@ -120,6 +158,16 @@ case $LAB_NODE in
       --qp-timeout 17 --ping 1000 --ping-interval 10ms --json >probe-ping.json 2>probe-ping.err
     lab_result probe_ping_exit "$?"
     lab_signal probed
+    # 7. The rate of 1,000 paths pinged every 5 s, 200 a second, on one path: node3's exporter
+    #    answers them (its ping thread's CPU is in its scrapes), and `times` gives probe's CPU.
+    lab_wait_signal node3 rate-start 60 || exit 1
+    (
+      $bin probe "$(lab_addr node3):18516" --psk-file /tmp/psk --device rxe0 --size 4KiB \
+        --qp-timeout 17 --ping 2000 --ping-interval 5ms --json >probe-rate.json 2>probe-rate.err
+      echo "exit $?"
+      times
+    ) >probe-rate-times.txt
+    lab_signal rate-done
     ;;
 esac
 kill -TERM "$exporter"

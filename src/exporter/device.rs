@@ -12,7 +12,8 @@ use crate::config::{Device, PeerMode};
 use crate::metrics::probe::PathLabels;
 use crate::perftest::{probe_perftest_on, PerftestOptions};
 use crate::prober::{
-    device_placement, BurstRequest, BurstWorker, ProbeError, ProbeOutcome, WarmSession,
+    device_placement, learn_ping_target, BurstRequest, BurstWorker, ProbeError, ProbeOutcome,
+    ProbeSettings, WarmSession,
 };
 use crate::responder::DevicePinger;
 use crate::schedule::PathKey;
@@ -51,9 +52,10 @@ pub struct DeviceWorker {
     ctx: Context,
     burst: BurstWorker,
     sessions: BTreeMap<PathKey, (PathSpec, WarmSession)>,
-    /// The device's ping engine, and the paths it was told to ping by their labels.
+    /// The device's ping engine, and the paths it was told to ping: their labels, and the
+    /// settings that reach their responder again when their pings go silent.
     pinger: Option<DevicePinger>,
-    pinged: BTreeMap<PathKey, PathLabels>,
+    pinged: BTreeMap<PathKey, (PathLabels, ProbeSettings)>,
 }
 
 impl DeviceWorker {
@@ -89,10 +91,15 @@ impl DeviceWorker {
         finished: mpsc::Sender<ProbeFinished>,
         mut stop: watch::Receiver<bool>,
     ) {
+        let mut silent = self.pinger.as_ref().map(DevicePinger::watch_silent);
         loop {
             let command = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
+                Some(path) = next_silent(&mut silent) => {
+                    self.relearn(path);
+                    continue;
+                }
                 command = commands.recv() => match command {
                     Some(c) => c,
                     None => break,
@@ -105,6 +112,7 @@ impl DeviceWorker {
                     keep_warm,
                 } => {
                     let key = spec.key.clone();
+                    let settings = spec.settings.clone();
                     tracing::debug!(path = %key, paced = request.rate_limit.is_some(), "probe started");
                     let outcome = tokio::select! {
                         biased;
@@ -115,7 +123,7 @@ impl DeviceWorker {
                         outcome = self.probe(*spec, &request) => outcome,
                     };
                     let mut outcome = outcome;
-                    self.ping(&key, &mut outcome);
+                    self.ping(&key, settings, &mut outcome);
                     tracing::debug!(
                         path = %key,
                         ran = outcome.report.is_some(),
@@ -162,7 +170,7 @@ impl DeviceWorker {
     }
 
     /// Tells the ping engine where `key`'s pings go, as the probe's session learnt it.
-    fn ping(&mut self, key: &PathKey, outcome: &mut ProbeOutcome) {
+    fn ping(&mut self, key: &PathKey, settings: ProbeSettings, outcome: &mut ProbeOutcome) {
         let (Some(pinger), Some(target), Some(peer_device)) =
             (&self.pinger, outcome.ping.take(), &outcome.peer_device)
         else {
@@ -173,14 +181,46 @@ impl DeviceWorker {
             peer: key.peer.clone(),
             peer_device: peer_device.clone(),
         };
-        if let Some(old) = self.pinged.insert(key.clone(), labels.clone()) {
+        if let Some((old, _)) = self.pinged.insert(key.clone(), (labels.clone(), settings)) {
             if old != labels {
                 // The peer answers from another device now: the old series go.
-                let keep = self.pinged.values().cloned().collect();
-                pinger.retain(keep);
+                pinger.retain(self.pinged_labels());
             }
         }
         pinger.confirm(labels, target);
+    }
+
+    fn pinged_labels(&self) -> Vec<PathLabels> {
+        self.pinged.values().map(|(l, _)| l.clone()).collect()
+    }
+
+    /// A pinged path went silent: its peer may have restarted with a new ping QP and keys, which
+    /// the next burst would tell, but bursts are rare. A session without a burst learns them now
+    /// (in the background: a dead peer must not hold the device's probes); docs/architecture.md,
+    /// "Pings".
+    fn relearn(&self, path: PathLabels) {
+        let (Some(pinger), Some((_, settings))) = (
+            self.pinger.clone(),
+            self.pinged.values().find(|(l, _)| *l == path).cloned(),
+        ) else {
+            return;
+        };
+        let (ctx, burst) = (self.ctx.clone(), self.burst.clone());
+        tokio::spawn(async move {
+            let learnt = learn_ping_target(ctx, burst, &settings, pinger.qpn()).await;
+            match learnt {
+                Ok((target, peer_device)) if peer_device == path.peer_device => {
+                    tracing::info!(device = %path.device, peer = %path.peer, peer_device = %path.peer_device, "pings unanswered: their target learnt again");
+                    pinger.confirm(path, target);
+                }
+                Ok((_, peer_device)) => {
+                    tracing::debug!(device = %path.device, peer = %path.peer, %peer_device, "pings unanswered, and the peer answers from another device now: its next burst moves the path");
+                }
+                Err(e) => {
+                    tracing::debug!(device = %path.device, peer = %path.peer, error = %e, "pings unanswered, and their target could not be learnt again");
+                }
+            }
+        });
     }
 
     async fn retain(&mut self, specs: Vec<PathSpec>) {
@@ -188,7 +228,7 @@ impl DeviceWorker {
             specs.into_iter().map(|s| (s.key.clone(), s)).collect();
         if let Some(pinger) = &self.pinger {
             self.pinged.retain(|key, _| wanted.contains_key(key));
-            pinger.retain(self.pinged.values().cloned().collect());
+            pinger.retain(self.pinged_labels());
         }
         let stale: Vec<PathKey> = self
             .sessions
@@ -219,6 +259,14 @@ impl DeviceWorker {
             );
         }
         tracing::debug!(device = self.name(), "device worker stopped");
+    }
+}
+
+/// The next path the ping engine names as silent; never, without a ping engine.
+async fn next_silent(silent: &mut Option<mpsc::Receiver<PathLabels>>) -> Option<PathLabels> {
+    match silent {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

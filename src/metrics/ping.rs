@@ -1,10 +1,13 @@
 //! The ping families (docs/metrics.md, "Pings"): per path, the RTT quantiles of the window, the
-//! responder's delay, pings sent and lost; per device, pings answered and refused and which clock
-//! stamps them. Written only by the recorder, from the ping engines' reports.
+//! responder's delay, pings sent and lost; per device, a histogram of every RTT, pings answered
+//! and refused and which clock stamps them. Written only by the recorder, from the ping engines'
+//! reports.
 //!
-//! The per-path series live in what the series budget leaves: the room the bursts' series do
-//! not take. Beyond it the pinged paths whose bursts are not on `/metrics`, then the last in
-//! label order, show none (`rdma_probe_ping_shed_paths`), so the same paths stay shown.
+//! The ping series live in what the series budget leaves: the room the bursts' series do not
+//! take, the devices' histograms first (16 series a device, all or none). Beyond it the pinged
+//! paths whose bursts are not on
+//! `/metrics`, then the last in label order, show none (`rdma_probe_ping_shed_paths`), so the
+//! same paths stay shown.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
@@ -13,6 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::probe::PathLabels;
@@ -47,8 +51,20 @@ const PERCENTILES: [&str; 3] = ["50", "90", "99"];
 /// Series of one pinged path at most: three RTT quantiles, the responder's delay, sent and lost.
 pub const SERIES_PER_PATH: usize = 6;
 
+/// The upper bounds of the device histogram's buckets (seconds): from a few microseconds (a
+/// hardware RDMA fabric) to a tenth of a second (congestion, or an emulated NIC).
+const RTT_BUCKETS: [f64; 13] = [
+    5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 1e-1,
+];
+/// Series of one device's RTT histogram: its buckets, `+Inf`, sum and count.
+pub const SERIES_PER_DEVICE_HISTOGRAM: usize = RTT_BUCKETS.len() + 3;
+
+fn rtt_histogram() -> Histogram {
+    Histogram::new(RTT_BUCKETS)
+}
+
 /// The ping families, registered once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PingFamilies {
     rtt: Family<PercentileLabels, FloatGauge>,
     responder_delay: Family<PathLabels, FloatGauge>,
@@ -58,6 +74,23 @@ pub struct PingFamilies {
     refused: Family<DeviceLabels, Counter>,
     clock: Family<ClockLabels, Gauge>,
     shed: Gauge,
+    device_rtt: Family<DeviceLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for PingFamilies {
+    fn default() -> Self {
+        PingFamilies {
+            rtt: Family::default(),
+            responder_delay: Family::default(),
+            sent: Family::default(),
+            lost: Family::default(),
+            answered: Family::default(),
+            refused: Family::default(),
+            clock: Family::default(),
+            shed: Gauge::default(),
+            device_rtt: Family::new_with_constructor(rtt_histogram),
+        }
+    }
 }
 
 impl PingFamilies {
@@ -83,6 +116,11 @@ impl PingFamilies {
             "ping_lost",
             "Pings of the path not answered within ping.timeout",
             f.lost.clone()
+        );
+        add!(
+            "ping_device_rtt_seconds",
+            "Network round-trip time of every ping the device sent and had answered, all its paths together",
+            f.device_rtt.clone()
         );
         add!(
             "ping_answered",
@@ -115,16 +153,23 @@ pub struct PingSeries {
     paths: BTreeMap<PathLabels, (Counts, Option<WindowSummary>)>,
     shown: BTreeMap<PathLabels, Counts>,
     devices: BTreeMap<String, (u64, u64)>,
+    histograms_shown: bool,
 }
 
 impl PingSeries {
-    /// Per-path ping series on `/metrics` now (at most).
+    /// Ping series on `/metrics` now (at most): the pinged paths' and the devices' histograms.
     pub fn series(&self) -> usize {
-        self.shown.len() * SERIES_PER_PATH
+        let histograms = if self.histograms_shown {
+            self.devices.len() * SERIES_PER_DEVICE_HISTOGRAM
+        } else {
+            0
+        };
+        self.shown.len() * SERIES_PER_PATH + histograms
     }
 
-    /// Shows one engine's report within `room` per-path series: the paths `preferred` says
-    /// have their bursts on `/metrics` first, then in label order; a path gone loses its series.
+    /// Shows one engine's report within `room` series: the devices' histograms first, then the
+    /// paths `preferred` says have their bursts on `/metrics`, then in label order; a path gone
+    /// loses its series.
     pub fn apply(
         &mut self,
         f: &PingFamilies,
@@ -133,6 +178,7 @@ impl PingSeries {
         preferred: impl Fn(&PathLabels) -> bool,
     ) {
         self.count_device(f, reports);
+        let room = self.histograms(f, reports, room);
         for report in &reports.paths {
             if report.gone {
                 self.paths.remove(&report.path);
@@ -162,6 +208,30 @@ impl PingSeries {
         }
         f.shed
             .set(i64::try_from(self.paths.len() - fit.len()).unwrap_or(i64::MAX));
+    }
+
+    /// The devices' histograms take the room first, if it holds them all; otherwise they go
+    /// (and start again from zero when they come back). Returns the room left for the paths.
+    fn histograms(
+        &mut self,
+        f: &PingFamilies,
+        reports: &PingReports<PathLabels>,
+        room: usize,
+    ) -> usize {
+        let needed = self.devices.len() * SERIES_PER_DEVICE_HISTOGRAM;
+        self.histograms_shown = room >= needed;
+        if !self.histograms_shown {
+            f.device_rtt.clear();
+            return room;
+        }
+        let device = DeviceLabels {
+            device: reports.device.clone(),
+        };
+        let histogram = f.device_rtt.get_or_create(&device);
+        for rtt in &reports.rtts {
+            histogram.observe(rtt.as_secs_f64());
+        }
+        room - needed
     }
 
     fn count_device(&mut self, f: &PingFamilies, reports: &PingReports<PathLabels>) {
@@ -272,6 +342,7 @@ mod tests {
             timestamps: Source::Software,
             answered: 7,
             refused: 1,
+            rtts: vec![Duration::from_micros(30), Duration::from_millis(3)],
             paths: vec![PingReport {
                 path: path(),
                 counts: Counts {
@@ -315,6 +386,11 @@ mod tests {
             format!("rdma_probe_ping_responder_delay_seconds{{{path}}} 0.00015"),
             r#"rdma_probe_ping_answered_total{device="rxe0"} 7"#.to_owned(),
             r#"rdma_probe_ping_timestamp_info{device="rxe0",timestamp="software"} 1"#.to_owned(),
+            // Two reports of a 30 µs and a 3 ms RTT each.
+            r#"rdma_probe_ping_device_rtt_seconds_count{device="rxe0"} 4"#.to_owned(),
+            r#"rdma_probe_ping_device_rtt_seconds_bucket{le="0.00005",device="rxe0"} 2"#.to_owned(),
+            r#"rdma_probe_ping_device_rtt_seconds_bucket{le="0.0025",device="rxe0"} 2"#.to_owned(),
+            r#"rdma_probe_ping_device_rtt_seconds_bucket{le="0.005",device="rxe0"} 4"#.to_owned(),
         ] {
             assert!(out.contains(&line), "{line} missing from\n{out}");
         }
@@ -364,16 +440,21 @@ mod tests {
                 .filter_map(|l| label_of(l, "peer"))
                 .collect()
         };
-        // Room for two paths: "c" has its bursts on /metrics, so it comes first, then "a".
-        series.apply(&f, &reports, 2 * SERIES_PER_PATH + 5, |p| p.peer == "c");
+        // Room for the device's histogram and two paths: "c" has its bursts on /metrics, so it
+        // comes first, then "a".
+        let histogram = SERIES_PER_DEVICE_HISTOGRAM;
+        series.apply(&f, &reports, histogram + 2 * SERIES_PER_PATH + 5, |p| {
+            p.peer == "c"
+        });
         let mut got = shown(&registry);
         got.sort();
         assert_eq!(got, ["a", "c"]);
-        assert_eq!(series.series(), 2 * SERIES_PER_PATH);
+        assert_eq!(series.series(), histogram + 2 * SERIES_PER_PATH);
         assert!(text(&registry).contains("rdma_probe_ping_shed_paths 1"));
         // The bursts need the room: no ping series at all.
         series.apply(&f, &reports, 0, |p| p.peer == "c");
         assert!(shown(&registry).is_empty());
+        assert!(!text(&registry).contains("device_rtt_seconds_count"));
         assert_eq!(series.series(), 0);
         // Room again: every path, and its counter starts over from what it counted.
         series.apply(&f, &reports, usize::MAX, |_| false);

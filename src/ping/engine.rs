@@ -14,7 +14,9 @@
 //! - **Timestamps**: the CPU's monotonic clock (a send is stamped right after its post returns,
 //!   a receive when its completion is polled); the NIC's completion timestamps are not read yet.
 //!
-//! Every interval the engine hands the caller a [`PingReports`]: each target's counts and window.
+//! Every interval the engine hands the caller a [`PingReports`]: each target's counts and window;
+//! and it names the targets that went silent to a watcher ([`super::Pinger::watch_silent`]), which
+//! may learn them again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read as _;
@@ -31,7 +33,7 @@ use crate::verbs::{
 
 use super::delay::{Clock, Source};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
-use super::path::{Counts, PathPings};
+use super::path::{Answer, Counts, PathPings};
 use super::pinger::{Command, PingReport, PingReports, PingSettings, PingTarget};
 use super::schedule::{PingSchedule, ScheduleSettings};
 
@@ -45,6 +47,8 @@ const SLOT: usize = GRH_LEN + PACKET_LEN;
 const POLL_BATCH: usize = 32;
 /// The most probers' keys a device answers with; the one unused longest makes room.
 const MAX_ANSWERERS: usize = 4096;
+/// The most RTTs one report carries for the device's histogram; beyond, they are left out.
+const MAX_REPORTED_RTTS: usize = 65_536;
 
 /// What [`spawn`] started: the ping QP's number, and a seed that differs from node to node.
 pub(super) struct Started {
@@ -92,6 +96,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
                 commands,
                 woken,
                 reports,
+                watcher: None,
                 pd,
                 cq,
                 qp,
@@ -102,6 +107,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
                 targets: BTreeMap::new(),
                 answerers: HashMap::new(),
                 gone: Vec::new(),
+                rtts: Vec::new(),
                 answered: 0,
                 refused: 0,
                 next_report: settings.interval,
@@ -163,6 +169,8 @@ struct Engine<K> {
     /// Readable when a handle sent a command, or when the last handle is gone (end of file).
     woken: UnixStream,
     reports: Box<dyn FnMut(PingReports<K>) + Send>,
+    /// Told the paths that went silent, to learn their targets again.
+    watcher: Option<tokio::sync::mpsc::Sender<K>>,
     pd: ProtectionDomain,
     cq: CompletionQueue,
     qp: UdQueuePair,
@@ -174,6 +182,8 @@ struct Engine<K> {
     answerers: HashMap<u32, Answerer>,
     /// Targets removed since the last report: reported once more, as gone.
     gone: Vec<(K, Counts)>,
+    /// The network RTTs measured since the last report, of every path.
+    rtts: Vec<Duration>,
     answered: u64,
     refused: u64,
     next_report: Duration,
@@ -193,6 +203,15 @@ enum Stop {
 
 fn nanos(at: Duration) -> u64 {
     u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Keeps a measured ping's network RTT for the device's histogram.
+fn keep_rtt(rtts: &mut Vec<Duration>, answer: Answer) {
+    if let Answer::Measured(delays) = answer {
+        if rtts.len() < MAX_REPORTED_RTTS {
+            rtts.push(delays.network_rtt);
+        }
+    }
 }
 
 fn send_offset(slot: usize) -> usize {
@@ -304,6 +323,7 @@ impl<K: Ord + Clone> Engine<K> {
                     self.forget(path);
                 }
             }
+            Command::Watch(watcher) => self.watcher = Some(watcher),
             Command::Answer {
                 key_id,
                 route,
@@ -531,7 +551,8 @@ impl<K: Ord + Clone> Engine<K> {
         } = sending
         {
             if let Some(target) = self.targets.get_mut(&path) {
-                target.pings.on_send_completed(now, seq, sent);
+                let answer = target.pings.on_send_completed(now, seq, sent);
+                keep_rtt(&mut self.rtts, answer);
             }
         }
     }
@@ -608,7 +629,8 @@ impl<K: Ord + Clone> Engine<K> {
             };
             if let Ok(packet) = Packet::decode(bytes, |_| Some(key)) {
                 if packet.kind != Kind::Ping {
-                    target.pings.on_answer(now, &packet, nanos(now), done);
+                    let answer = target.pings.on_answer(now, &packet, nanos(now), done);
+                    keep_rtt(&mut self.rtts, answer);
                     return;
                 }
             }
@@ -635,6 +657,12 @@ impl<K: Ord + Clone> Engine<K> {
             .collect();
         for (path, target) in &mut self.targets {
             target.pings.expire(now);
+            if target.pings.relearn_due() {
+                if let Some(watcher) = &self.watcher {
+                    // Full or gone: the path is named again after more losses.
+                    drop(watcher.try_send(path.clone()));
+                }
+            }
             paths.push(PingReport {
                 path: path.clone(),
                 counts: target.pings.counts(),
@@ -647,6 +675,7 @@ impl<K: Ord + Clone> Engine<K> {
             timestamps: Source::Software,
             answered: self.answered,
             refused: self.refused,
+            rtts: std::mem::take(&mut self.rtts),
             paths,
         });
         self.next_report = now + self.settings.interval;

@@ -23,6 +23,14 @@ use super::packet::{Kind, Packet};
 /// The most pings of one path waiting for answers.
 pub const MAX_OUTSTANDING: usize = 64;
 
+/// Pings lost in a row before a path's target is worth learning again (its peer may have
+/// restarted, with a new ping QP and new keys): see [`PathPings::relearn_due`].
+pub const RELEARN_AFTER: u64 = 3;
+
+/// However long a path stays silent, its target is asked for again at least every this many
+/// lost pings.
+pub const RELEARN_EVERY_AT_MOST: u64 = 120;
+
 /// One ping waiting for its send completion and its answers, which may come in any order (a
 /// NIC may report the send's completion after the answer to it arrived).
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +92,9 @@ pub struct PathPings {
     outstanding: BTreeMap<u64, Outstanding>,
     samples: VecDeque<(Duration, Delays)>,
     counts: Counts,
+    /// Pings lost since the last ack, and that count when a new target was last asked for.
+    lost_in_a_row: u64,
+    relearn_asked_at: u64,
 }
 
 /// The window's figures.
@@ -110,6 +121,8 @@ impl PathPings {
             outstanding: BTreeMap::new(),
             samples: VecDeque::new(),
             counts: Counts::default(),
+            lost_in_a_row: 0,
+            relearn_asked_at: 0,
         }
     }
 
@@ -119,7 +132,7 @@ impl PathPings {
     pub fn on_posted(&mut self, now: Duration, posted: u64) -> u64 {
         if self.outstanding.len() == MAX_OUTSTANDING {
             self.outstanding.pop_first();
-            self.counts.lost += 1;
+            self.lose(1);
         }
         let seq = self.next_seq;
         self.outstanding.insert(
@@ -174,7 +187,11 @@ impl PathPings {
             return Answer::Unexpected;
         };
         match packet.kind {
-            Kind::Ack if ping.acked.is_none() => ping.acked = Some((completed, done)),
+            Kind::Ack if ping.acked.is_none() => {
+                ping.acked = Some((completed, done));
+                self.lost_in_a_row = 0;
+                self.relearn_asked_at = 0;
+            }
             Kind::Delay if ping.responder.is_none() => {
                 ping.responder = Some(Duration::from_nanos(packet.responder_delay_ns));
             }
@@ -215,7 +232,7 @@ impl PathPings {
             lost += u64::from(!waiting && p.acked.is_none());
             waiting
         });
-        self.counts.lost += lost;
+        self.lose(lost);
         while self
             .samples
             .front()
@@ -225,8 +242,31 @@ impl PathPings {
         }
     }
 
+    fn lose(&mut self, n: u64) {
+        self.counts.lost += n;
+        self.lost_in_a_row += n;
+    }
+
     pub fn counts(&self) -> Counts {
         self.counts
+    }
+
+    /// Whether the path's target should be learnt again now: [`RELEARN_AFTER`] pings lost in a
+    /// row, then each time twice as many as when it was last asked (at most
+    /// [`RELEARN_EVERY_AT_MOST`] more), so a dead peer is asked less and less often. An ack
+    /// starts the count again.
+    pub fn relearn_due(&mut self) -> bool {
+        let asked = self.relearn_asked_at;
+        let next = if asked == 0 {
+            RELEARN_AFTER
+        } else {
+            (2 * asked).min(asked + RELEARN_EVERY_AT_MOST)
+        };
+        let due = self.lost_in_a_row >= next;
+        if due {
+            self.relearn_asked_at = self.lost_in_a_row;
+        }
+        due
     }
 
     /// The window's quantiles as of the last [`Self::expire`]; `None` with no sample in it.
@@ -348,6 +388,33 @@ mod tests {
         }
         assert_eq!(p.counts().unexpected, 5);
         assert_eq!(p.summary().unwrap().samples, 1);
+    }
+
+    /// A silent path asks for its target again after 3 lost pings, then after 6, 12, ... in a
+    /// row (at most 120 more each time); an ack starts again from 3.
+    #[test]
+    fn a_silent_path_asks_for_its_target_less_and_less_often() {
+        let mut p = path();
+        let mut asked_at = Vec::new();
+        for n in 0..700u64 {
+            sent(&mut p, ms(n * 1_000), 0, 0);
+            p.expire(ms(n * 1_000 + 500));
+            if p.relearn_due() {
+                asked_at.push(p.counts().lost);
+            }
+            assert!(!p.relearn_due(), "asked twice at {n}");
+        }
+        assert_eq!(asked_at, [3, 6, 12, 24, 48, 96, 192, 312, 432, 552, 672]);
+        // An answered ping starts the count again.
+        let at = ms(700_000);
+        sent(&mut p, at, 0, 0);
+        p.on_answer(at, &answer(Kind::Ack, 700, 0), 9, 9);
+        for n in 701..704u64 {
+            assert!(!p.relearn_due(), "due before 3 more lost, at {n}");
+            sent(&mut p, ms(n * 1_000), 0, 0);
+            p.expire(ms(n * 1_000 + 500));
+        }
+        assert!(p.relearn_due());
     }
 
     #[test]

@@ -21,6 +21,9 @@ use super::path::{Counts, WindowSummary};
 /// confirms again) and a key to answer with is refused (that session's pings go unanswered).
 const COMMAND_QUEUE: usize = 4096;
 
+/// Silent paths waiting for the watcher at most; past it one is dropped (asked again later).
+const SILENT_QUEUE: usize = 64;
+
 /// How a device's pings run (the config's `ping` section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PingSettings {
@@ -80,6 +83,9 @@ pub struct PingReports<K> {
     /// the start.
     pub answered: u64,
     pub refused: u64,
+    /// The network RTTs measured since the last report, of every path (for the device's
+    /// histogram; at most 65,536 a report).
+    pub rtts: Vec<Duration>,
     pub paths: Vec<PingReport<K>>,
 }
 
@@ -92,6 +98,7 @@ pub(super) enum Command<K> {
         qpn: u32,
         key: PingKey,
     },
+    Watch(tokio::sync::mpsc::Sender<K>),
 }
 
 /// A handle on a device's ping engine; the engine stops when the last handle is dropped.
@@ -161,6 +168,17 @@ impl<K: Ord + Clone + Send + 'static> Pinger<K> {
     /// pinging it.
     pub fn confirm(&self, path: K, target: PingTarget) {
         self.send(Command::Confirm(path, target), "a path to ping");
+    }
+
+    /// The paths whose pings have gone unanswered for a while, as they go silent: their peer may
+    /// have restarted with a new ping QP and new keys, which only a new session tells. A path is
+    /// named after 3 pings lost in a row, then after twice as many each time (at most 120 more)
+    /// until one is answered ([`super::path::PathPings::relearn_due`]). One watcher per engine:
+    /// the last to ask.
+    pub fn watch_silent(&self) -> tokio::sync::mpsc::Receiver<K> {
+        let (tx, rx) = tokio::sync::mpsc::channel(SILENT_QUEUE);
+        self.send(Command::Watch(tx), "a watcher of silent paths");
+        rx
     }
 
     /// The device's paths are now `paths` (after a reload): stop pinging the others.

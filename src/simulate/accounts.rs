@@ -91,7 +91,7 @@ impl Accounts {
         let config = ctx.config;
         self.expire(n, t, rails, ctx);
         let peers = self.budget.peers(|id| path_of(*id, config.nodes).0);
-        let series = super::path_series(&self.budget, &config.series, peers)
+        let series = super::path_series(&self.budget, &config.series, peers, config.rails as usize)
             + config.series.per_node
             + config.series.per_device * config.rails as usize;
         let (mut paths, mut duty) = (0, 0.0_f64);

@@ -54,15 +54,26 @@ pub const SERIES_PER_NODE: usize = 23;
 pub const SERIES_PER_DEVICE: usize = 13;
 
 /// The per-path series of a node whose bursts' are `budget`'s and which shows `peers`
-/// `peer_info` series: those and its ping series, `model.ping_per_path` per path on `/metrics`,
-/// in the room the others leave in the budget.
+/// `peer_info` series: those and its ping series in the room the others leave in the budget
+/// (`model.ping_per_device` for each of its `devices`' histograms first, if they all fit; then
+/// `model.ping_per_path` per path on `/metrics`).
 pub(crate) fn path_series<K: Clone + Ord>(
     budget: &crate::metrics::budget::SeriesBudget<K>,
     model: &SeriesModel,
     peers: usize,
+    devices: usize,
 ) -> usize {
     let room = budget.limit().saturating_sub(budget.series() + peers);
-    budget.series() + peers + (budget.paths() * model.ping_per_path).min(room)
+    let pings = match model.ping_per_path {
+        0 => 0,
+        per_path => match devices * model.ping_per_device {
+            histograms if histograms <= room => {
+                histograms + (budget.paths() * per_path).min(room - histograms)
+            }
+            _ => (budget.paths() * per_path).min(room),
+        },
+    };
+    budget.series() + peers + pings
 }
 
 /// Largest cluster `simulate` accepts.
@@ -115,6 +126,8 @@ pub struct SeriesModel {
     /// target stays as long as a burst confirmed it within the TTL); the ping series take only
     /// the room the bursts' series leave in the budget (docs/metrics.md, "Pings").
     pub ping_per_path: usize,
+    /// Series of one device's RTT histogram, with pings on; in the same room, first.
+    pub ping_per_device: usize,
     /// Series of a node that do not depend on its paths or devices.
     pub per_node: usize,
     /// Series per local device (port facts, schedule figures).
@@ -625,6 +638,7 @@ mod tests {
                 detail_per_path: 12,
                 derived_per_path: 5,
                 ping_per_path: 6,
+                ping_per_device: crate::metrics::ping::SERIES_PER_DEVICE_HISTOGRAM,
                 per_node: SERIES_PER_NODE,
                 per_device: SERIES_PER_DEVICE,
                 ttl: Duration::from_secs(900),

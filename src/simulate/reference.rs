@@ -380,7 +380,7 @@ impl Cluster<'_> {
         self.expire(n, t);
         let node = &mut self.nodes[n];
         let peers = node.budget.peers(|id| path_of(*id, config.nodes).0);
-        let series = super::path_series(&node.budget, &config.series, peers)
+        let series = super::path_series(&node.budget, &config.series, peers, config.rails as usize)
             + config.series.per_node
             + config.series.per_device * config.rails as usize;
         let paths = self.devices.iter().map(|of_rail| of_rail[n].paths).sum();

@@ -94,8 +94,9 @@ pub struct SimulateArgs {
     pub derived_series: usize,
 
     /// Series of one pinged path (the RTT quantiles, the responder's delay, pings sent and
-    /// lost; 0: pings off). Every path on /metrics is pinged; its ping series take only the
-    /// room its node's bursts leave in the budget.
+    /// lost; 0: pings off). Every path on /metrics is pinged; its ping series, after each
+    /// device's RTT histogram (16 series), take only the room its node's bursts leave in the
+    /// budget.
     #[arg(long, value_name = "N", default_value_t = crate::metrics::ping::SERIES_PER_PATH)]
     pub ping_series: usize,
 
@@ -150,6 +151,7 @@ impl SimulateArgs {
                 detail_per_path: self.port_traffic_series,
                 derived_per_path: self.derived_series,
                 ping_per_path: self.ping_series,
+                ping_per_device: crate::metrics::ping::SERIES_PER_DEVICE_HISTOGRAM,
                 per_node: crate::simulate::SERIES_PER_NODE,
                 per_device: crate::simulate::SERIES_PER_DEVICE,
                 ttl: self.series_ttl,

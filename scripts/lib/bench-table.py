@@ -37,6 +37,9 @@ def ratio(a, b):
 render = (out / "render.txt").read_text() if (out / "render.txt").exists() else ""
 render_rows = [line[4:] for line in render.splitlines() if line.startswith("ROW | ")]
 rows += render_rows or ["| render | missing | missing | n/a |"]
+pings = (out / "ping-cost.txt").read_text() if (out / "ping-cost.txt").exists() else ""
+ping_rows = [line[4:] for line in pings.splitlines() if line.startswith("ROW | ")]
+rows += ping_rows or ["| ping CPU | missing | missing | n/a |"]
 
 simulate = (out / "simulate.txt").read_text() if (out / "simulate.txt").exists() else ""
 m = re.search(r"simulated in ([0-9.]+) s", simulate)

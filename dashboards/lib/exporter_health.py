@@ -1,5 +1,5 @@
 """RDMA probes: exporter health (uid rdma-probe-exporter-health): scrapes, config reloads, the
-schedule, deferrals, the responder and the process (deploy/README.md, "Dashboards")."""
+schedule, deferrals, the responder (and the pings it answers) and the process (deploy/README.md, "Dashboards")."""
 
 from grafana_foundation_sdk.builders import dashboard as db
 
@@ -72,10 +72,19 @@ def responder(d):
         "Responder sessions per minute by result", "accepted, and refusals: connection_limit, handshake_limit, timeout, closed, limit, auth, protocol, busy.",
         12, 8, [query("A", f"sum by (instance, result) (rate(rdma_probe_responder_sessions_total{ND}[$__rate_interval])) * 60", "{{instance}} {{result}}")],
         bars=True, calcs=("sum", "max")))
-    return d.with_panel(timeseries_panel(
+    d = d.with_panel(timeseries_panel(
         "Responder: messages verified and validation failures", "Messages whose data the responder checked, and bursts whose data did not verify, by prober (the Peer variable selects probers here).",
         12, 8, [query("A", f"sum by (instance) (rate(rdma_probe_responder_verified_messages_total{ND}[$__rate_interval]))", "{{instance}} verified/s"),
                 query("B", f"sum by (instance, peer) (increase(rdma_probe_responder_validation_failures_total{NDP}[$__rate_interval]))", "{{instance}} failures from {{peer}}")]))
+    return d.with_panel(timeseries_panel(
+        "Pings answered and refused",
+        "Pings of other nodes each device's ping engine answered, and packets it refused unanswered "
+        "(a key it does not hold, a wrong tag, an answer to no ping of its own: docs/metrics.md, "
+        "\"Pings\"), per second; and pinged paths whose ping series the series budget keeps off "
+        "/metrics (they are still pinged).",
+        24, 8, [query("A", f"sum by (instance, device) (rate(rdma_probe_ping_answered_total{ND}[$__rate_interval]))", "{{instance}} {{device}} answered/s"),
+                query("B", f"sum by (instance, device) (rate(rdma_probe_ping_refused_total{ND}[$__rate_interval]))", "{{instance}} {{device}} refused/s"),
+                query("C", f"rdma_probe_ping_shed_paths{N}", "{{instance}} paths shed")]))
 
 
 def process(d):

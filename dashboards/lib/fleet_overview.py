@@ -1,5 +1,6 @@
 """RDMA probes: fleet overview (uid rdma-probe-fleet): the fleet at a glance, the suspects the
-component alerts name, ToR x ToR per rail, ports and capacity (deploy/README.md, "Dashboards")."""
+component alerts name, the worst paths, ToR x ToR per rail (bursts and pings), ports and capacity
+(deploy/README.md, "Dashboards")."""
 
 from grafana_foundation_sdk.builders import dashboard as db
 
@@ -7,6 +8,10 @@ from grafana import (RATIO_STEPS, dashboard, link, matrix, organize, prop, query
                      stat_panel, table_panel, timeseries_panel)
 
 UID = "rdma-probe-fleet"
+# The pings: a median round trip from 100 us (RdmaProbePathLatencyHigh's floor) and from 1 ms; a
+# loss from ping_loss_ratio (a lossy path) and from ping_loss_below (a total fault's).
+RTT_STEPS = [(None, "green"), (0.0001, "orange"), (0.001, "red")]
+LOSS_STEPS = [(None, "green"), (0.02, "orange"), (0.5, "red")]
 S = sel()
 # The whole-fleet panels read what deploy/prometheus/rules.yaml records for them (its
 # rdma-probe-scale group), a few series each: at 250 nodes a selection of every path takes seconds.
@@ -77,10 +82,11 @@ def suspects(d):
 
 
 def worst_paths(d):
-    """The worst paths of the fleet; a node x node view is the drilldown's, per ToR pair (at
-    fleet size a node x node table of every node is neither readable nor cheap)."""
+    """The worst paths of the fleet, by bandwidth and by ping loss; a node x node view is the
+    drilldown's, per ToR pair (at fleet size a node x node table of every node is neither readable
+    nor cheap)."""
     d = d.with_row(db.Row("Worst paths"))
-    return d.with_panel(table_panel(
+    d = d.with_panel(table_panel(
         "Worst paths",
         "The 25 paths with the lowest achieved / target bandwidth in their last successful paced "
         "burst; 0: the last probe failed. Failing paths into a peer whose exporter is not scraped "
@@ -97,11 +103,29 @@ def worst_paths(d):
             prop("color", {"mode": "thresholds"}),
             prop("thresholds", {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in RATIO_STEPS]})])],
         sort_by="achieved / target"))
+    return d.with_panel(table_panel(
+        "Paths losing the most pings",
+        "The 25 paths that lost the largest share of their pings over the rules' loss window "
+        "(60 pings: path:rdma_probe_ping_loss_ratio:worst), but those into a peer whose exporter is "
+        "not scraped (a node or exporter that is down answers no ping: see Suspects). From 2% a path "
+        "is lossy; from half, its loss is a total fault's (a dead port or path), which the burst "
+        "alerts name. Click a row for its drilldown.",
+        24, 8, [query("A", f"path:rdma_probe_ping_loss_ratio:worst{S}", instant=True, fmt="table")],
+        transformations=[organize(exclude=["Time", "job", "__name__", "node", "tor", "rail", "peer_node", "peer_tor"],
+                                  index={"instance": 0, "device": 1, "peer": 2, "peer_device": 3, "Value": 4},
+                                  rename={"Value": "pings lost"})],
+        links=[link("Path drilldown", PATH_LINK)],
+        overrides=[("name", "pings lost", [
+            prop("unit", "percentunit"), prop("decimals", 1),
+            prop("custom.cellOptions", {"type": "color-background", "mode": "basic"}),
+            prop("color", {"mode": "thresholds"}),
+            prop("thresholds", {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in LOSS_STEPS]})])]))
 
 
 def tor_pairs(d):
     """One row per rail (repeated by the rail variable): ToR x ToR matrices of success and of
-    the worst bandwidth ratio; a cell links to the node x node view of its ToR pair."""
+    the worst bandwidth ratio, and of the pings' median round trip and worst loss; a cell links
+    to the node x node view of its ToR pair."""
     d = d.with_row(db.Row("ToR × ToR, rail $rail").repeat("rail"))
     rail = '{job="$job", rail=~"$rail"}'
     d = d.with_panel(table_panel(
@@ -113,13 +137,33 @@ def tor_pairs(d):
         transformations=[matrix("tor", "peer_tor")], cells="color-background", unit="percentunit",
         decimals=0, steps=[(None, "red"), (0.95, "orange"), (1, "green")],
         links=[link("Node × node for this ToR pair", TOR_LINK)]))
-    return d.with_panel(table_panel(
+    d = d.with_panel(table_panel(
         "Worst achieved / target, ToR × ToR, rail $rail",
         "Each cell is the worst last successful paced burst against its pace among the pair's paths "
         "on this rail (tor_pair_rail:rdma_probe_bandwidth_ratio:min). Click a cell for its nodes.",
         12, 10, [query("A", f"tor_pair_rail:rdma_probe_bandwidth_ratio:min{rail}", instant=True, fmt="table")],
         transformations=[matrix("tor", "peer_tor")], cells="color-background", unit="percentunit",
         decimals=0, steps=RATIO_STEPS, links=[link("Node × node for this ToR pair", TOR_LINK)]))
+    d = d.with_panel(table_panel(
+        "Median ping round trip, ToR × ToR, rail $rail",
+        "Each cell is the median, over the pair's paths on this rail, of each path's median ping "
+        "round trip over the exporters' ping window, the responder's delay taken out "
+        "(tor_pair_rail:rdma_probe_ping_rtt_p50:median, recomputed with the rules' baselines: what "
+        "RdmaProbePathLatencyHigh compares a path with). Orange from 100 µs (that alert's floor), "
+        "red from 1 ms. Click a cell for its nodes.",
+        12, 10, [query("A", f"tor_pair_rail:rdma_probe_ping_rtt_p50:median{rail}", instant=True, fmt="table")],
+        transformations=[matrix("tor", "peer_tor")], cells="color-background", unit="s",
+        decimals=1, steps=RTT_STEPS, links=[link("Node × node for this ToR pair", TOR_LINK)]))
+    return d.with_panel(table_panel(
+        "Worst ping loss, ToR × ToR, rail $rail",
+        "Each cell is the largest share of its pings a path between the pair lost on this rail "
+        "over the rules' loss window (60 pings; tor_pair_rail:rdma_probe_ping_loss_ratio:max). "
+        "Orange from 2% (a lossy path: RdmaProbePathPacketLoss, RdmaProbePortPacketLoss, "
+        "RdmaProbeTorUplinkPacketLoss), red from half (a dead port, node or path, which the burst "
+        "alerts name). Click a cell for its nodes.",
+        12, 10, [query("A", f"tor_pair_rail:rdma_probe_ping_loss_ratio:max{rail}", instant=True, fmt="table")],
+        transformations=[matrix("tor", "peer_tor")], cells="color-background", unit="percentunit",
+        decimals=1, steps=LOSS_STEPS, links=[link("Node × node for this ToR pair", TOR_LINK)]))
 
 
 def over_time(d):
@@ -139,8 +183,16 @@ def over_time(d):
         12, 8, [query("A", f"path:rdma_probe_bandwidth_ratio:worst{S}",
                       "{{instance}} {{device}} → {{peer}} {{peer_device}}")],
         unit="percentunit", threshold=[(None, "red"), (0.7, "transparent")]))
+    d = d.with_panel(timeseries_panel(
+        "Ping loss, worst 25 paths",
+        "The 25 paths that lost the largest share of their pings over the rules' loss window at "
+        "each evaluation (path:rdma_probe_ping_loss_ratio:worst, as Paths losing the most pings); "
+        "the dashed line is 2%, from which a path is lossy.",
+        12, 8, [query("A", f"path:rdma_probe_ping_loss_ratio:worst{S}",
+                      "{{instance}} {{device}} → {{peer}} {{peer_device}}")],
+        unit="percentunit", threshold=[(None, "transparent"), (0.02, "orange")]))
     return d.with_panel(table_panel(
-        "Alerts firing now", "RdmaProbe* alerts now (docs/runbook.md has a section for each).", 12, 8,
+        "Alerts firing now", "RdmaProbe* alerts now (docs/runbook.md has a section for each).", 24, 8,
         [query("A", 'ALERTS{alertname=~"RdmaProbe.*", alertstate="firing"}', instant=True, fmt="table")],
         transformations=[organize(exclude=["Time", "Value", "__name__", "alertstate"])]))
 

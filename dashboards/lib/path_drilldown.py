@@ -1,5 +1,5 @@
 """RDMA probes: path drilldown (uid rdma-probe-path): the nodes of one ToR pair on a rail, then
-one node's paths (or a few) over time, its ports and PCIe links (deploy/README.md,
+one node's paths (or a few) over time, their pings, its ports and PCIe links (deploy/README.md,
 "Dashboards"). Opened without variables it shows the worst ToR pair and the worst node, never
 the whole fleet."""
 
@@ -119,6 +119,35 @@ def paths(d):
                    ("regexp", "runs|errors", [prop("decimals", 0)])]))
 
 
+def pings(d):
+    """The selected paths' pings: round trip percentiles, the responder's delay, and the loss."""
+    d = d.with_row(db.Row("Pings of $node"))
+    d = d.with_panel(timeseries_panel(
+        "Ping round trip",
+        "Percentiles (50, 90, 99) of each path's ping round trips over the exporter's ping window "
+        "(ping.window, 1 min by default), the responder's delay taken out (docs/metrics.md, "
+        "\"Pings\"); none while no ping was answered. RdmaProbePathLatencyHigh compares the median "
+        "with the path's own over an hour and with its ToR pair's.",
+        8, 8, [query("A", f"rdma_probe_ping_rtt_seconds{S}", LEGEND + " p{{percentile}}")],
+        unit="s", calcs=("lastNotNull", "min", "max")))
+    d = d.with_panel(timeseries_panel(
+        "Ping responder delay",
+        "Median time the peer's exporter held each path's pings before answering (its receive to "
+        "its answer), over the ping window: what the round trip leaves out. A delay that grows is "
+        "the peer's host (CPU), not the network.",
+        8, 8, [query("A", f"rdma_probe_ping_responder_delay_seconds{S}", LEGEND)], unit="s"))
+    return d.with_panel(timeseries_panel(
+        "Ping loss",
+        "Share of each path's pings not answered within ping.timeout: over the rules' loss window "
+        "(60 pings: path:rdma_probe_ping_loss:ratio, what the packet-loss alerts read) and over the "
+        "panel's interval. From the dashed line (2%) a path is lossy; from half, its loss is a total "
+        "fault's (a dead port, node or path), which the burst alerts name.",
+        8, 8, [query("A", f"path:rdma_probe_ping_loss:ratio{S}", LEGEND + " (loss window)"),
+               query("B", f"increase(rdma_probe_ping_lost_total{S}[$__rate_interval])"
+                          f" / (increase(rdma_probe_ping_sent_total{S}[$__rate_interval]) > 0)", LEGEND)],
+        unit="percentunit", threshold=[(None, "transparent"), (0.02, "orange")]))
+
+
 def ports(d):
     d = d.with_row(db.Row("Ports of $node"))
     port = sel(peer=False)
@@ -180,7 +209,7 @@ def build():
     d = dashboard(UID, "RDMA probes: path drilldown",
                   "rdma-probe-exporter: the nodes of one ToR pair, then one node's paths (or a few) over "
                   "time: bandwidth against target, stalls, completion gaps, message rate, errors, setup "
-                  "time, ports and PCIe links.", "now-3h")
-    for part in (variables, tor_pair, paths, ports):
+                  "time, pings (round trip, responder delay, loss), ports and PCIe links.", "now-3h")
+    for part in (variables, tor_pair, paths, pings, ports):
         d = part(d)
     return d

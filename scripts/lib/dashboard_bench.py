@@ -10,6 +10,7 @@ bench's moment and a range query over the last WINDOW_SECONDS at the panel's ste
 """
 
 import math
+import re
 
 WINDOW_SECONDS = 1800  # the range queries' window: the last 30 minutes
 REPEATS = 3
@@ -17,6 +18,9 @@ TARGET_P99_SECONDS = 1.0
 # Grafana's default maxDataPoints is the panel's width in pixels: a 24-column grid on a screen
 # about 1920 pixels wide.
 PIXELS_PER_COLUMN = 80
+# A query of the ping series (docs/metrics.md, "Pings") or of the rules' records of them.
+PING_QUERY = re.compile(r"rdma_probe_ping_")
+NO_PINGS = "no pings in the emulated fleet"
 
 
 def step_seconds(width, scrape_interval, window=WINDOW_SECONDS):
@@ -54,20 +58,23 @@ def percentile(values, q):
     return ordered[rank - 1]
 
 
-def summarize(runs):
+def summarize(runs, pings=True):
     """Per panel and overall, from the runs of its queries: each run a dict with dashboard,
-    panel, where, instant (how the panel runs it), and instant_seconds / range_seconds (lists of
-    latencies), instant_series / range_series (series returned), error (or None).
+    panel, where, expr, instant (how the panel runs it), and instant_seconds / range_seconds
+    (lists of latencies), instant_series / range_series (series returned), error (or None).
 
     A panel returned data when every one of its queries returned a series in the mode the panel
-    runs it. Latencies come twice: as Grafana runs the panel (its own mode: what an operator waits
-    for; the target), and over both modes (a table's query as a range query too)."""
+    runs it. With `pings` False (the fleet has no ping series: the emulator does not ping), a
+    query of the ping series that returned none is not a panel without data but one with no
+    pings to show (NO_PINGS). Latencies come twice: as Grafana runs the panel (its own mode: what
+    an operator waits for; the target), and over both modes (a table's query as a range query
+    too)."""
     panels = {}
     own, every = [], []
     for r in runs:
         key = (r["dashboard"], r["panel"])
         p = panels.setdefault(key, {"dashboard": r["dashboard"], "panel": r["panel"], "queries": 0,
-                                    "data": True, "no_data": [], "errors": [], "max_seconds": 0.0,
+                                    "data": True, "no_data": [], "no_pings": [], "errors": [], "max_seconds": 0.0,
                                     "max_seconds_any_mode": 0.0})
         p["queries"] += 1
         mine = list(r.get("instant_seconds" if r["instant"] else "range_seconds", []))
@@ -81,7 +88,9 @@ def summarize(runs):
             p["data"] = False
             continue
         series = r.get("instant_series") if r["instant"] else r.get("range_series")
-        if not series:
+        if not series and not pings and PING_QUERY.search(r.get("expr", "")):
+            p["no_pings"].append(r["where"])
+        elif not series:
             p["data"] = False
             p["no_data"].append(r["where"])
     p99 = percentile(own, 99)
@@ -96,6 +105,8 @@ def summarize(runs):
         "p99_seconds_any_mode": percentile(every, 99),
         "max_seconds_any_mode": max(every) if every else None,
         "panels_without_data": [f"{p['dashboard']}: {p['panel']}" for p in listed if not p["data"]],
+        "panels_without_pings": [f"{p['dashboard']}: {p['panel']}" for p in listed
+                                 if p["data"] and p["no_pings"]],
         "target_p99_seconds": TARGET_P99_SECONDS,
         "met": p99 is not None and p99 < TARGET_P99_SECONDS and not any(p["errors"] for p in listed),
     }
@@ -114,7 +125,9 @@ def problems(summary):
 
 def render(summary):
     ms = lambda s: "-" if s is None else f"{s * 1000:.0f}"
-    rows = [[p["dashboard"].removesuffix(".json"), p["panel"], p["queries"], "yes" if p["data"] else "NO",
+    def data(p):
+        return "NO" if not p["data"] else (NO_PINGS if p["no_pings"] else "yes")
+    rows = [[p["dashboard"].removesuffix(".json"), p["panel"], p["queries"], data(p),
              ms(p["max_seconds"]), ms(p["max_seconds_any_mode"])] for p in summary["panels"]]
     header = ["dashboard", "panel", "queries", "data", "slowest ms", "both modes ms"]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
@@ -126,9 +139,13 @@ def render(summary):
                f"{TARGET_P99_SECONDS * 1000:.0f} ms), slowest {ms(summary['max_seconds'])} ms; both modes: "
                f"p99 {ms(summary['p99_seconds_any_mode'])} ms, slowest {ms(summary['max_seconds_any_mode'])} ms")
     out.append(f"panels without data: {len(summary['panels_without_data'])}")
+    if summary.get("panels_without_pings"):
+        out.append(f"panels of pings without data, {NO_PINGS}: {len(summary['panels_without_pings'])}")
     for p in summary["panels"]:
         for w in p["no_data"]:
             out.append(f"  no data: {w}")
+        for w in p.get("no_pings", []):
+            out.append(f"  {NO_PINGS}: {w}")
         for e in p["errors"]:
             out.append(f"  error: {e}")
     return "\n".join(out)

@@ -7,9 +7,10 @@ import unittest
 import dashboard_bench as db
 
 
-def run(panel, instant=False, data=1, seconds=(0.01,), error=None, dashboard="fleet-overview.json"):
+def run(panel, instant=False, data=1, seconds=(0.01,), error=None, dashboard="fleet-overview.json",
+        expr="rdma_probe_success"):
     return {"dashboard": dashboard, "panel": panel, "where": f"{dashboard}: panel {panel} (query A)",
-            "instant": instant, "instant_seconds": list(seconds), "range_seconds": list(seconds),
+            "expr": expr, "instant": instant, "instant_seconds": list(seconds), "range_seconds": list(seconds),
             "instant_series": data if instant else 0, "range_series": 0 if instant else data,
             "error": error}
 
@@ -93,6 +94,25 @@ class DashboardBenchTest(unittest.TestCase):
         self.assertFalse(s["met"])
         self.assertEqual(db.problems(s), ["fleet-overview.json: panel 2 E (query A): parse error"])
         self.assertIn("fleet-overview.json: 2 E", s["panels_without_data"])
+
+    def test_a_ping_panel_without_data_has_no_pings_to_show_in_a_fleet_without_pings(self):
+        ping = "path:rdma_probe_ping_loss_ratio:worst"
+        runs = [run("1 A"), run("2 P", data=0, expr=ping), run("3 Q", data=0, expr="rdma_probe_ping_rtt_seconds"),
+                run("3 Q", data=0, expr="rdma_probe_success")]
+        s = db.summarize(runs, pings=False)
+        by = {p["panel"]: p for p in s["panels"]}
+        self.assertTrue(by["2 P"]["data"])
+        self.assertEqual(s["panels_without_pings"], ["fleet-overview.json: 2 P"])
+        # A panel with another query without data has none, pings or not.
+        self.assertEqual(s["panels_without_data"], ["fleet-overview.json: 3 Q"])
+        self.assertTrue(s["met"])
+        text = db.render(s)
+        self.assertIn("no pings in the emulated fleet: fleet-overview.json: panel 2 P (query A)", text)
+        self.assertIn("panels of pings without data, no pings in the emulated fleet: 1", text)
+        # Where the fleet pings, an empty ping query is a panel without data like any other.
+        s = db.summarize(runs)
+        self.assertEqual(s["panels_without_data"], ["fleet-overview.json: 2 P", "fleet-overview.json: 3 Q"])
+        self.assertEqual(s["panels_without_pings"], [])
 
     def test_nothing_run_is_a_problem(self):
         self.assertEqual(db.problems(db.summarize([])), ["dashboards: no query ran"])

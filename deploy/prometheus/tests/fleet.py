@@ -9,10 +9,13 @@ every 7 intervals, a few peers of other ToRs every 10 intervals), with jitter, b
 (no attempt) and rare single failed probes as noise. What the exporter would put on /metrics is
 emitted as promtool input series, one sample per evaluation interval (60 s, the production
 rules' interval): per path success, consecutive failures, last attempt and success times, planned
-interval and the paced burst's gauges; per node up, node_info, device_info, peer_info and the port
-facts. A fault model replaces the RDMA bursts (docs/runbook.md, "How the alerts are tested"):
-each scenario injects faults from a list below, and the same fault list says which alerts must
-fire, naming which component, and when.
+interval and the paced burst's gauges, and its pings (every path a burst reached is pinged every
+5 s: sent and lost counters, 12 pings a sample with a rare lost one as noise, and the window's
+RTT percentiles around 15 us within a ToR and 25 us across); per node up, node_info,
+device_info, peer_info and the port facts. A fault model replaces the RDMA bursts and pings
+(docs/runbook.md, "How the alerts are tested"): each scenario injects faults from a list below,
+and the same fault list says which alerts must fire, naming which component, and when. A fault
+that fails the probes (a dead port, node or uplink, a failing path) also loses every ping.
 
 Each scenario becomes one test with checks every few intervals:
   - at each check time outside a fault's detection or resolution window, the firing alerts
@@ -33,6 +36,8 @@ from pathlib import Path
 STEP = 60  # seconds per sample and per rule evaluation (the production rules' interval)
 JOB = "rdma-probe-exporter"
 K = 3  # probes_bad in deploy/prometheus/generate
+PINGS = 12  # pings a path sends per sample (step): deploy/prometheus/generate --ping-interval 5s
+PING_NOISE = 0.005  # the chance that a path loses one ping in a step without any fault
 PROJECTION = ("alertname", "component", "severity", "instance", "node", "device",
               "peer_node", "peer_device", "tor", "rail")
 MARK = "count by (" + ", ".join(PROJECTION) + ")"
@@ -89,8 +94,12 @@ class Fault:
     rail: int = -1
     peer: str = ""
     tor: str = ""
-    fraction: float = 0.0  # bandwidth fraction of a slow fault; 0 = probes fail
+    fraction: float = 0.0  # bandwidth fraction of a slow fault; 0 = probes fail; *_loss: the
+    # share of pings lost; path_latency: the factor on the path's RTT
     rails: tuple = ()  # isolated: the node's dead rails
+    # The fault's own alert must not fire: another fault's alert names the same component (a
+    # rate-capped port that also drops pings: RdmaProbePortDegraded).
+    held: bool = False
 
     def touches_port(self, node, rail):
         return self.node == node and self.rail in (-1, rail)
@@ -122,6 +131,45 @@ def probe_outcome(fleet, faults, step, n, r, m):
                 return True, 0.0
             fraction = min(fraction, f.fraction)
     return False, fraction
+
+
+def ping_outcome(fleet, faults, step, n, r, m):
+    """(share of pings lost, factor on the RTT) of the pings n/mlx5_r -> m at `step`: every ping
+    of a path whose probes a fault fails (a dead port, node or uplink, a failing path, a peer
+    whose exporter is gone: it answers no ping), a share of them on a lossy port, path or uplink."""
+    loss, factor = 0.0, 1.0
+    cross = fleet.tor(n) != fleet.tor(m)
+    for f in active(faults, step):
+        if f.kind in ("node_down", "reboot") and f.node == m:
+            return 1.0, factor
+        if f.kind in ("port_fail", "port_down") and (f.touches_port(n, r) or f.touches_port(m, r)):
+            return 1.0, factor
+        if f.kind == "isolated" and f.node in (n, m) and r in f.rails:
+            return 1.0, factor
+        if f.kind == "path" and f.fraction == 0 and (f.node, f.rail, f.peer) == (n, r, m):
+            return 1.0, factor
+        if f.kind == "tor_uplink" and f.fraction == 0 and f.rail == r and cross and f.tor in (
+                fleet.tor(n), fleet.tor(m)):
+            return 1.0, factor
+        if f.kind == "port_loss" and (f.touches_port(n, r) or f.touches_port(m, r)):
+            loss = max(loss, f.fraction)
+        if f.kind == "path_loss" and (f.node, f.rail, f.peer) == (n, r, m):
+            loss = max(loss, f.fraction)
+        if f.kind == "tor_uplink_loss" and f.rail == r and cross and f.tor in (fleet.tor(n), fleet.tor(m)):
+            loss = max(loss, f.fraction)
+        if f.kind == "path_latency" and (f.node, f.rail, f.peer) == (n, r, m):
+            factor = max(factor, f.fraction)
+    return loss, factor
+
+
+# A restart: the exporter of `node` stops and starts again within one step (a rolling update),
+# unseen by the scrapes: its process start time moves, its ping counters start from zero, and
+# the pings into it for 20 s are lost. (Its probes' series are kept, as if probed at once.)
+RESTART_LOST = 4
+
+
+def restarted(sc, step, node):
+    return any(f.kind == "restart" and f.node == node and f.start == step for f in sc.faults)
 
 
 def exporter_absent(faults, step, node):
@@ -173,6 +221,8 @@ class PathState:
     ratio: float = None
     min_window: float = None
     gap: float = None
+    pings_sent: int = 0
+    pings_lost: int = 0
 
 
 @dataclass
@@ -213,11 +263,19 @@ def emulate(sc):
     """The input series of a scenario: {series selector: [sample or None per step]}."""
     fleet, steps = sc.fleet, sc.steps
     rng = random.Random(sc.fleet.seed * 7919 + len(sc.name))
+    # The pings draw from their own generator: the probes' draws stay what they were without them.
+    ping_rng = random.Random(sc.fleet.seed * 104729 + len(sc.name))
     series = {}
 
+    samples = {}  # (name, labels as items) -> the series' samples, its selector made once
+
     def put(name, labels, step, value):
-        key = selector(name, {"job": JOB, **labels})
-        series.setdefault(key, [None] * steps)[step] = value
+        at = (name, tuple(labels.items()))
+        values = samples.get(at)
+        if values is None:
+            values = series.setdefault(selector(name, {"job": JOB, **labels}), [None] * steps)
+            samples[at] = values
+        values[step] = value
 
     paths = fleet.paths()
     peers_of = {}
@@ -290,6 +348,25 @@ def emulate(sc):
             if st.attempts == 0 or removed(sc, step, m):
                 continue
             labels = {"instance": n, "device": f"mlx5_{r}", "peer": m, "peer_device": f"mlx5_{r}"}
+            # The pings since the previous sample: a burst reached the path, so it is pinged.
+            loss, factor = ping_outcome(fleet, sc.faults, step, n, r, m)
+            lost = sum(ping_rng.random() < loss for _ in range(PINGS)) if 0 < loss < 1 else round(loss * PINGS)
+            if not lost and ping_rng.random() < PING_NOISE:
+                lost = 1
+            if restarted(sc, step, m):
+                lost = max(lost, RESTART_LOST)
+            if restarted(sc, step, n):
+                st.pings_sent = st.pings_lost = 0  # a new process counts from zero
+            st.pings_sent += PINGS
+            st.pings_lost += lost
+            put("rdma_probe_ping_sent_total", labels, step, st.pings_sent)
+            put("rdma_probe_ping_lost_total", labels, step, st.pings_lost)
+            if lost < PINGS:
+                # The window's percentiles (over the answered pings of the last minute).
+                p50 = (25e-6 if fleet.tor(n) != fleet.tor(m) else 15e-6) * factor * ping_rng.uniform(0.9, 1.1)
+                for percentile, times in (("50", 1), ("90", 1.3), ("99", 2)):
+                    put("rdma_probe_ping_rtt_seconds", {**labels, "percentile": percentile}, step,
+                        round(p50 * times, 9))
             put("rdma_probe_success", labels, step, st.success)
             put("rdma_probe_consecutive_failures", labels, step, st.failures)
             put("rdma_probe_last_attempt_timestamp_seconds", labels, step, st.last_attempt)
@@ -330,6 +407,8 @@ def emulate(sc):
                 away.discard(n)
                 started_at[n] = step
             if any(e[0] == "startup_deferrals" and e[1] == n and e[2] == step for e in sc.events):
+                started_at[n] = step
+            if restarted(sc, step, n):
                 started_at[n] = step
             if absent or gone:
                 continue
@@ -460,8 +539,26 @@ def fault_alerts(fleet, fault):
                        device=f"mlx5_{f.rail}")], 12, 4
     if f.kind == "exporter_down":
         return [expect("RdmaProbeExporterDown", "exporter", "warning", instance=f.node)], 7, 3
-    if f.kind == "scrape_gap":
+    if f.kind in ("scrape_gap", "restart"):
         return [], 0, 0
+    # Pings: a lossy port, path or uplink, a slow path. The loss window (5 steps) holds 3 lost
+    # pings of a path within a few steps (at a tenth lost: 1.2 a step, at random), then the
+    # alert's for: (3 steps; the latency alert's 5, from the first slow sample); it clears once
+    # the losses leave the window and its keep_firing_for (2 steps) has passed.
+    ping_detect, ping_resolve = 5 + 3 + 4, 5 + 2 + 2
+    if f.held:
+        return [], 0, 0
+    if f.kind == "port_loss":
+        return [port_alert("RdmaProbePortPacketLoss", f.node, f.rail)], ping_detect, ping_resolve
+    if f.kind in ("path_loss", "path_latency"):
+        name, severity, detect = (("RdmaProbePathPacketLoss", "warning", ping_detect) if f.kind == "path_loss"
+                                  else ("RdmaProbePathLatencyHigh", "info", 5 + 3))
+        d = f"mlx5_{f.rail}"
+        return [expect(name, "path", severity, instance=f.node, node=f.node, device=d, peer_node=f.peer,
+                               peer_device=d, tor=fleet.tor(f.node), rail=f.rail)], detect, ping_resolve
+    if f.kind == "tor_uplink_loss":
+        return [expect("RdmaProbeTorUplinkPacketLoss", "tor_uplink", "warning", tor=f.tor, rail=f.rail)], \
+            ping_detect, ping_resolve
     raise ValueError(f"unknown fault kind {f.kind}")
 
 
@@ -628,7 +725,22 @@ def scenarios():
         ("job:rdma_probe_paths:count", 60, [(f'job:rdma_probe_paths:count{{job="{JOB}"}}', 40)]),
         ("job:rdma_probe_node_pairs:count", 60,
          [(f'job:rdma_probe_node_pairs:count{{job="{JOB}"}}', 20)]),
-        ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)])]))
+        ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)]),
+        # Every path is pinged; the dashboards' ping records.
+        ("count(path:rdma_probe_ping_loss:ratio)", 60, [("{}", 40)]),
+        ("count(path:rdma_probe_ping_loss_ratio:worst)", 60, [("{}", 25)]),
+        ("count(tor_pair_rail:rdma_probe_ping_rtt_p50:median)", 60, [("{}", 2)])]))
+    # Pings: partial loss on a port, across a ToR uplink and on one path, and one slow path, each
+    # named once (a total fault's loss is the bursts': the scenarios above lose every ping).
+    s.append(Scenario("a lossy port, a lossy ToR uplink, a lossy path and a slow path fire one "
+                      "RdmaProbePortPacketLoss, RdmaProbeTorUplinkPacketLoss, RdmaProbePathPacketLoss "
+                      "and RdmaProbePathLatencyHigh each",
+                      Fleet(tors=3, per_tor=4, rails=2), 70,
+                      [Fault("tor_uplink_loss", 15, 40, tor="t1", rail=0, fraction=0.1),
+                       Fault("port_loss", 17, 42, node="t2n2", rail=1, fraction=0.1),
+                       Fault("path_loss", 19, 44, node="t0n0", rail=1, peer="t0n3", fraction=0.15),
+                       # Late enough for the path's own median over an hour to stay its usual.
+                       Fault("path_latency", 35, 55, node="t2n1", rail=0, peer="t2n3", fraction=20)]))
     s.append(Scenario("a dead port fires one RdmaProbePortFailing naming it", SAMPLED, 120,
                       [Fault("port_fail", 20, 80, node="t1n2", rail=1)]))
     s.append(Scenario("a dead port whose failing bursts hold its responder, so that another "
@@ -644,8 +756,11 @@ def scenarios():
                       events=[("slow", "t0n0", 18, 20, "t0n1", 1)], timeouts_hold=True))
     s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
                       [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
-    s.append(Scenario("a slow port (a rate cap) fires one RdmaProbePortDegraded", MESH, 80,
-                      [Fault("port_slow", 20, 50, node="t0n3", rail=1, fraction=0.4)]))
+    # As in the lab: the rate cap also drops some of the port's pings, and its bursts name it first.
+    s.append(Scenario("a slow port (a rate cap that also drops a tenth of its pings) fires one "
+                      "RdmaProbePortDegraded, no RdmaProbePortPacketLoss", MESH, 80,
+                      [Fault("port_slow", 20, 50, node="t0n3", rail=1, fraction=0.4),
+                       Fault("port_loss", 20, 50, node="t0n3", rail=1, fraction=0.1, held=True)]))
     s.append(Scenario("a dead node seen by 12 probers over minutes fires one RdmaProbeNodeDown",
                       Fleet(tors=2, per_tor=8, rails=1, cross_peers=5), 120,
                       [Fault("node_down", 30, 90, node="t0n4")],
@@ -673,6 +788,9 @@ def scenarios():
                       SAMPLED, 60,
                       [Fault("port_width", 10, 40, node="t0n0", rail=1),
                        Fault("pcie", 15, 45, node="t2n3", rail=0)]))
+    s.append(Scenario("a rolling restart of every exporter, each losing the pings into it for 20 s "
+                      "unseen by the scrapes, fires nothing", MESH, 45,
+                      [Fault("restart", 15 + 2 * i, 16 + 2 * i, node=f"t0n{i}") for i in range(5)]))
     s.append(Scenario("an exporter down while its node answers fires RdmaProbeExporterDown",
                       MESH, 60, [Fault("exporter_down", 20, 40, node="t0n1")]))
     s.append(Scenario("scrape gaps fire nothing, and a validation failure pages once",

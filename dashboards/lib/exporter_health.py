@@ -1,5 +1,6 @@
 """RDMA probes: exporter health (uid rdma-probe-exporter-health): scrapes, config reloads, the
-schedule, deferrals, the responder (and the pings it answers) and the process (deploy/README.md, "Dashboards")."""
+schedule, deferrals, the responder (and the pings it answers) and the process (deploy/README.md,
+"Dashboards")."""
 
 from grafana_foundation_sdk.builders import dashboard as db
 

@@ -7,11 +7,12 @@ import json
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import prometheus as pb
-from grafana_foundation_sdk.builders import stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import heatmap, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models import prometheus as pm
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -39,6 +40,8 @@ def query(ref, expr, legend=None, instant=False, fmt=None):
         q = q.legend_format(legend)
     if fmt == "table":
         q = q.format(pm.PromQueryFormat.TABLE)
+    elif fmt == "heatmap":
+        q = q.format(pm.PromQueryFormat.HEATMAP)
     return q
 
 
@@ -144,6 +147,20 @@ def table_panel(title, description, w, h, targets, transformations=(), links=(),
             {"align": "center", "cellOptions": {"type": cells, "mode": "basic"}} if cells
             else {"align": "auto", "cellOptions": {"type": "auto"}})
     return Finished(p, custom)
+
+
+def heatmap_panel(title, description, w, h, targets, unit="s"):
+    """A heatmap of histogram buckets as Prometheus returns them (format heatmap: one series per
+    `le`), not calculated by Grafana; the y axis in `unit`."""
+    p = _common(heatmap.Panel(), title, description, w, h, targets)
+    return (p.calculate(False).y_axis(heatmap.YAxisConfig().unit(unit))
+            .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
+                   .scale(hm.HeatmapColorScale.EXPONENTIAL).exponent(0.5).steps(64).fill("dark-orange")
+                   .reverse(False))
+            .cell_values(heatmap.CellValues().unit("short")).cell_gap(1).show_value(cm.VisibilityMode.NEVER)
+            .show_legend().show_tooltip().show_y_histogram()
+            .filter_values(heatmap.FilterValueRange().le(1e-9))
+            .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.LE)))
 
 
 def state_panel(title, description, w, h, targets, texts):

@@ -5,8 +5,8 @@ the whole fleet."""
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from grafana import (RATIO_STEPS, dashboard, link, matrix, organize, prop, query, query_variable, sel,
-                     state_panel, table_panel, timeseries_panel, transform)
+from grafana import (RATIO_STEPS, dashboard, heatmap_panel, link, matrix, organize, prop, query,
+                     query_variable, sel, state_panel, table_panel, timeseries_panel, transform)
 
 UID = "rdma-probe-path"
 S = sel()
@@ -120,7 +120,8 @@ def paths(d):
 
 
 def pings(d):
-    """The selected paths' pings: round trip percentiles, the responder's delay, and the loss."""
+    """The selected paths' pings: round trip percentiles, the responder's delay, the loss, and the
+    devices' round trips of every ping as a heatmap."""
     d = d.with_row(db.Row("Pings of $node"))
     d = d.with_panel(timeseries_panel(
         "Ping round trip",
@@ -136,7 +137,7 @@ def pings(d):
         "its answer), over the ping window: what the round trip leaves out. A delay that grows is "
         "the peer's host (CPU), not the network.",
         8, 8, [query("A", f"rdma_probe_ping_responder_delay_seconds{S}", LEGEND)], unit="s"))
-    return d.with_panel(timeseries_panel(
+    d = d.with_panel(timeseries_panel(
         "Ping loss",
         "Share of each path's pings not answered within ping.timeout: over the rules' loss window "
         "(60 pings: path:rdma_probe_ping_loss:ratio, what the packet-loss alerts read) and over the "
@@ -146,6 +147,14 @@ def pings(d):
                query("B", f"increase(rdma_probe_ping_lost_total{S}[$__rate_interval])"
                           f" / (increase(rdma_probe_ping_sent_total{S}[$__rate_interval]) > 0)", LEGEND)],
         unit="percentunit", threshold=[(None, "transparent"), (0.02, "orange")]))
+    return d.with_panel(heatmap_panel(
+        "Ping round trips of the node's devices",
+        "Every ping the selected devices sent and had answered, all their paths together, by "
+        "round trip (rdma_probe_ping_device_rtt_seconds: buckets from 5 µs to 100 ms), per panel "
+        "interval: a second mode or a tail the paths' percentiles average away.",
+        24, 8, [query("A", 'sum by (le) (increase(rdma_probe_ping_device_rtt_seconds_bucket'
+                           '{job="$job", instance=~"$node", device=~"$device"}[$__rate_interval]))',
+                      "{{le}}", fmt="heatmap")]))
 
 
 def ports(d):

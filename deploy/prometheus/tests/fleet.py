@@ -350,7 +350,10 @@ def emulate(sc):
             labels = {"instance": n, "device": f"mlx5_{r}", "peer": m, "peer_device": f"mlx5_{r}"}
             # The pings since the previous sample: a burst reached the path, so it is pinged.
             loss, factor = ping_outcome(fleet, sc.faults, step, n, r, m)
-            lost = sum(ping_rng.random() < loss for _ in range(PINGS)) if 0 < loss < 1 else round(loss * PINGS)
+            if 0 < loss < 1:
+                lost = sum(ping_rng.random() < loss for _ in range(PINGS))
+            else:
+                lost = round(loss * PINGS)
             if not lost and ping_rng.random() < PING_NOISE:
                 lost = 1
             if restarted(sc, step, m):

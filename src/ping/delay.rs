@@ -15,8 +15,10 @@
 //! - **prober delay** = (t6 − t1) − (t5 − t2): the prober's own posting and polling.
 //!
 //! t2…t5 are completion timestamps: the NIC's clock where the device offers completion
-//! timestamps ([`Clock::hardware`]), else the CPU's monotonic clock read as each completion is
-//! polled ([`Clock::software`], which then counts the hosts' polling in the RTT). t1 and t6 are
+//! timestamps ([`Clock::hardware`]), else the CPU's monotonic clock ([`Clock::software`], which
+//! then counts the hosts' polling in the RTT): a receive is stamped as its completion is polled,
+//! a send right after its post returns (Soft-RoCE reports a UD send's completion late, at times
+//! after the answer has arrived), so on that clock t4 is the ack's post. t1 and t6 are
 //! always the CPU's. Each difference is taken within one clock, so two hosts' clocks are never
 //! compared. A ping whose differences contradict each other (the responder held it longer than
 //! the round trip took) is dropped unmeasured, never a negative RTT.
@@ -76,6 +78,23 @@ impl Clock {
 
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// A completion's timestamp on this clock: the NIC's `nic` stamp on a hardware clock, else
+    /// `cpu` (the CPU's monotonic nanoseconds the caller read for it). A hardware clock's CQ
+    /// stamps every completion; one without a stamp falls back to `cpu` only on a software clock.
+    pub fn stamp(&self, nic: Option<u64>, cpu: u64) -> u64 {
+        match (self.source, nic) {
+            (Source::Hardware, Some(ticks)) => ticks,
+            _ => cpu,
+        }
+    }
+
+    /// Whether the responder's delay needs its ack's send completion (the NIC stamps it), rather
+    /// than the CPU's time right after the ack's post (a software clock: a send completion can be
+    /// reported late, after the answer it sent has arrived).
+    pub fn delay_waits_for_send_completion(&self) -> bool {
+        self.source == Source::Hardware
     }
 
     /// The time from timestamp `from` to timestamp `to` of this clock, across one wrap-around.
@@ -162,6 +181,17 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn a_hardware_clock_takes_the_nics_stamp_and_a_software_one_the_cpus() {
+        let nic = Clock::hardware(156_250, (1 << 63) - 1).unwrap();
+        assert_eq!(nic.stamp(Some(42), 7), 42);
+        assert!(nic.delay_waits_for_send_completion());
+        let cpu = Clock::software();
+        assert_eq!(cpu.stamp(Some(42), 7), 7);
+        assert_eq!(cpu.stamp(None, 7), 7);
+        assert!(!cpu.delay_waits_for_send_completion());
+    }
 
     #[test]
     fn software_timestamps_are_nanoseconds() {

@@ -11,8 +11,10 @@
 //! - **Event-driven**: the thread sleeps on the CQ's completion channel until a completion, the
 //!   next due ping or report, or a command from a handle (a new target or key), which wakes it
 //!   through a socket pair.
-//! - **Timestamps**: the CPU's monotonic clock (a send is stamped right after its post returns,
-//!   a receive when its completion is polled); the NIC's completion timestamps are not read yet.
+//! - **Timestamps**: the NIC's completion timestamps where the device has a completion clock
+//!   (an extended CQ stamps every completion; the responder's second answer then waits for its
+//!   ack's send completion), else the CPU's monotonic clock (a send stamped right after its post
+//!   returns, a receive when its completion is polled): [`super::delay`].
 //!
 //! Every interval the engine hands the caller a [`PingReports`]: each target's counts and window;
 //! and it names the targets that went silent to a watcher ([`super::Pinger::watch_silent`]), which
@@ -31,7 +33,7 @@ use crate::verbs::{
     RemoteAccess, Route, UdQueuePair, VerbsError, WcStatus, Woken, GRH_LEN,
 };
 
-use super::delay::{Clock, Source};
+use super::delay::{responder_delay, Clock};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
 use super::path::{Answer, Counts, PathPings};
 use super::pinger::{Command, PingReport, PingReports, PingSettings, PingTarget};
@@ -68,8 +70,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
 ) -> Result<Started, VerbsError> {
     let ctx = Context::open(Some(device), port)?;
     let pd = ctx.alloc_pd()?;
-    // Room for every work request's completion twice over.
-    let cq = ctx.create_cq(2 * (RECVS + SENDS) as u32)?;
+    let (cq, clock) = completion_queue(&ctx)?;
     let mut qp = pd.create_ud_qp(&cq, RECVS.max(SENDS) as u32)?;
     qp.activate(port, 0, PING_QKEY, 0)?;
     let mr = pd.register((RECVS + SENDS) * SLOT, RemoteAccess::Receives)?;
@@ -92,6 +93,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
             Engine {
                 started: Instant::now(),
                 device: name,
+                clock,
                 settings,
                 commands,
                 woken,
@@ -122,6 +124,26 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
     Ok(Started { qpn, seed })
 }
 
+/// The engine's CQ, room for every work request's completion twice over, and the clock that
+/// stamps its completions: the NIC's where the device has one and its timestamped CQ can be
+/// made, else the CPU's.
+fn completion_queue(ctx: &Context) -> Result<(CompletionQueue, Clock), VerbsError> {
+    let cqe = 2 * (RECVS + SENDS) as u32;
+    let nic = ctx
+        .completion_clock()
+        .and_then(|c| Clock::hardware(c.khz, c.mask));
+    if let Some(clock) = nic {
+        match ctx.create_timestamped_cq(cqe) {
+            Ok(cq) => return Ok((cq, clock)),
+            Err(e) => {
+                tracing::warn!(device = %ctx.device_name(), error = %e,
+                    "no CQ with completion timestamps: pings are stamped by the CPU");
+            }
+        }
+    }
+    Ok((ctx.create_cq(cqe)?, Clock::software()))
+}
+
 /// Where a target's pings go, as the last burst session learnt it.
 struct Peer {
     ah: Rc<AddressHandle>,
@@ -140,6 +162,7 @@ struct Target {
 }
 
 /// A prober whose pings this device answers.
+#[derive(Clone)]
 struct Answerer {
     ah: Rc<AddressHandle>,
     qpn: u32,
@@ -156,6 +179,13 @@ enum Sending<K> {
         sent: u64,
         _ah: Rc<AddressHandle>,
     },
+    /// An ack whose second answer (the delay) is posted at its send completion, on a NIC clock.
+    Ack {
+        to: Answerer,
+        ping: Packet,
+        /// The ping's receive completion, on the NIC's clock.
+        received: u64,
+    },
     Answer {
         _ah: Rc<AddressHandle>,
     },
@@ -164,6 +194,8 @@ enum Sending<K> {
 struct Engine<K> {
     started: Instant,
     device: String,
+    /// What stamps the completions (docs/architecture.md, "Pings").
+    clock: Clock,
     settings: PingSettings,
     commands: Receiver<Command<K>>,
     /// Readable when a handle sent a command, or when the last handle is gone (end of file).
@@ -391,11 +423,7 @@ impl<K: Ord + Clone> Engine<K> {
                 t.count = target.count;
             }
             None => {
-                let pings = PathPings::new(
-                    Clock::software(),
-                    self.settings.timeout,
-                    self.settings.window,
-                );
+                let pings = PathPings::new(self.clock, self.settings.timeout, self.settings.window);
                 self.targets.insert(
                     path,
                     Target {
@@ -485,8 +513,7 @@ impl<K: Ord + Clone> Engine<K> {
             return Ok(());
         }
         if slot >= RECVS {
-            self.on_sent(slot - RECVS, now);
-            return Ok(());
+            return self.on_sent(slot - RECVS, c.timestamp, now);
         }
         let at = slot * SLOT;
         let packet: Option<[u8; PACKET_LEN]> = (c.byte_len as usize == SLOT).then(|| {
@@ -495,9 +522,10 @@ impl<K: Ord + Clone> Engine<K> {
             bytes
         });
         self.qp.post_recv(&self.mr, at, SLOT as u32, c.wr_id)?;
+        let stamp = self.clock.stamp(c.timestamp, nanos(now));
         match packet {
-            Some(bytes) if bytes[5] == 1 => self.answer(&bytes, c.src_qp, now)?,
-            Some(bytes) => self.take_answer(&bytes, c.src_qp, now),
+            Some(bytes) if bytes[5] == 1 => self.answer(&bytes, c.src_qp, stamp, now)?,
+            Some(bytes) => self.take_answer(&bytes, c.src_qp, stamp, now),
             None => self.refused += 1,
         }
         Ok(())
@@ -541,25 +569,46 @@ impl<K: Ord + Clone> Engine<K> {
         Ok(())
     }
 
-    fn on_sent(&mut self, slot: usize, now: Duration) {
+    /// A send completed (at `completed` on the NIC's clock, where it stamps completions).
+    fn on_sent(
+        &mut self,
+        slot: usize,
+        completed: Option<u64>,
+        now: Duration,
+    ) -> Result<(), VerbsError> {
         let Some(sending) = self.sending.get_mut(slot).and_then(Option::take) else {
-            return;
+            return Ok(());
         };
         self.free_sends.push(slot);
-        if let Sending::Ping {
-            path, seq, sent, ..
-        } = sending
-        {
-            if let Some(target) = self.targets.get_mut(&path) {
-                let answer = target.pings.on_send_completed(now, seq, sent);
-                keep_rtt(&mut self.rtts, answer);
+        match sending {
+            Sending::Ping {
+                path, seq, sent, ..
+            } => {
+                if let Some(target) = self.targets.get_mut(&path) {
+                    let sent = self.clock.stamp(completed, sent);
+                    let answer = target.pings.on_send_completed(now, seq, sent);
+                    keep_rtt(&mut self.rtts, answer);
+                }
             }
+            Sending::Ack { to, ping, received } => {
+                let acked = self.clock.stamp(completed, nanos(now));
+                let delay = ping.delay(responder_delay(&self.clock, received, acked));
+                self.post_answer(&delay, &to, None)?;
+            }
+            Sending::Answer { .. } => {}
         }
+        Ok(())
     }
 
-    /// A ping from another node: answered twice, or refused.
-    fn answer(&mut self, bytes: &[u8], src_qp: u32, now: Duration) -> Result<(), VerbsError> {
-        let received = nanos(now);
+    /// A ping from another node, received at `received` (on the engine's clock): answered
+    /// twice, or refused.
+    fn answer(
+        &mut self,
+        bytes: &[u8],
+        src_qp: u32,
+        received: u64,
+        now: Duration,
+    ) -> Result<(), VerbsError> {
         let key_id = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         let Some(answerer) = self.answerers.get_mut(&key_id) else {
             self.refused += 1;
@@ -573,46 +622,62 @@ impl<K: Ord + Clone> Engine<K> {
             }
         };
         answerer.used = now;
-        let (ah, qpn, key) = (Rc::clone(&answerer.ah), answerer.qpn, answerer.key.clone());
-        if !self.post_answer(&ping.ack(), &key, &ah, qpn)? {
-            return Ok(());
+        let to = answerer.clone();
+        if self.clock.delay_waits_for_send_completion() {
+            // The delay answer goes at the ack's send completion (`on_sent`).
+            let waiting = Sending::Ack {
+                to: to.clone(),
+                ping,
+                received,
+            };
+            if !self.post_answer(&ping.ack(), &to, Some(waiting))? {
+                return Ok(());
+            }
+        } else {
+            if !self.post_answer(&ping.ack(), &to, None)? {
+                return Ok(());
+            }
+            let acked = nanos(self.started.elapsed());
+            let delay = ping.delay(responder_delay(&self.clock, received, acked));
+            self.post_answer(&delay, &to, None)?;
         }
-        let acked = nanos(self.started.elapsed());
-        let delay = ping.delay(acked.saturating_sub(received));
-        self.post_answer(&delay, &key, &ah, qpn)?;
         self.answered += 1;
         Ok(())
     }
 
-    /// Posts one answer; `false` when no send buffer was free (the ping is left unanswered).
+    /// Posts one answer to `to`, in flight as `sending` (by default a plain answer); `false`
+    /// when no send buffer was free (the ping is left unanswered).
     fn post_answer(
         &mut self,
         packet: &Packet,
-        key: &PingKey,
-        ah: &Rc<AddressHandle>,
-        qpn: u32,
+        to: &Answerer,
+        sending: Option<Sending<K>>,
     ) -> Result<bool, VerbsError> {
         let Some(slot) = self.free_sends.pop() else {
             return Ok(false);
         };
         let at = send_offset(slot);
-        self.mr.as_mut_slice()[at..at + PACKET_LEN].copy_from_slice(&packet.encode(key));
+        self.mr.as_mut_slice()[at..at + PACKET_LEN].copy_from_slice(&packet.encode(&to.key));
         if let Err(e) = self.qp.post_send(
             &self.mr,
             (at, PACKET_LEN as u32),
-            ah,
-            (qpn, PING_QKEY),
+            &to.ah,
+            (to.qpn, PING_QKEY),
             (RECVS + slot) as u64,
         ) {
             self.free_sends.push(slot);
             return Err(e);
         }
-        self.sending[slot] = Some(Sending::Answer { _ah: Rc::clone(ah) });
+        let sending = sending.unwrap_or_else(|| Sending::Answer {
+            _ah: Rc::clone(&to.ah),
+        });
+        self.sending[slot] = Some(sending);
         Ok(true)
     }
 
-    /// An answer to one of this device's pings: given to its path, or refused.
-    fn take_answer(&mut self, bytes: &[u8], src_qp: u32, now: Duration) {
+    /// An answer to one of this device's pings, received at `received` (on the engine's clock):
+    /// given to its path, or refused.
+    fn take_answer(&mut self, bytes: &[u8], src_qp: u32, received: u64, now: Duration) {
         let key_id = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         let done = nanos(self.started.elapsed());
         for target in self.targets.values_mut() {
@@ -629,7 +694,7 @@ impl<K: Ord + Clone> Engine<K> {
             };
             if let Ok(packet) = Packet::decode(bytes, |_| Some(key)) {
                 if packet.kind != Kind::Ping {
-                    let answer = target.pings.on_answer(now, &packet, nanos(now), done);
+                    let answer = target.pings.on_answer(now, &packet, received, done);
                     keep_rtt(&mut self.rtts, answer);
                     return;
                 }
@@ -672,7 +737,7 @@ impl<K: Ord + Clone> Engine<K> {
         }
         (self.reports)(PingReports {
             device: self.device.clone(),
-            timestamps: Source::Software,
+            timestamps: self.clock.source(),
             answered: self.answered,
             refused: self.refused,
             rtts: std::mem::take(&mut self.rtts),

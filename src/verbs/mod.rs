@@ -10,7 +10,8 @@
 //!   control connection's address: docs/architecture.md, "ib_write_bw semantics").
 //! - [`ProtectionDomain`], [`MemoryRegion`] (owned page-aligned buffer, LOCAL_WRITE |
 //!   REMOTE_WRITE, never REMOTE_READ), [`CompletionQueue`] (basic CQ + completion channel: the
-//!   extended CQ poller is broken on rxe with rdma-core < 55), [`QueuePair`] (basic RC QP,
+//!   extended CQ poller is broken on rxe with rdma-core < 55; an extended one only where the NIC
+//!   stamps completions with its clock, for pings: [`Context::completion_clock`]), [`QueuePair`] (basic RC QP,
 //!   perftest transition defaults, chained `ibv_post_send`), [`UdQueuePair`] and [`AddressHandle`]
 //!   (datagrams to any peer's UD QP: pings).
 //! - RAII: sideway handles hold `Arc`s to their parents, so QPs are destroyed before their CQs
@@ -23,6 +24,7 @@ mod device;
 mod error;
 mod qp;
 mod resources;
+mod timestamps;
 mod types;
 mod ud;
 
@@ -35,6 +37,7 @@ pub use qp::{
 pub use resources::{
     Completion, CompletionQueue, MemoryRegion, ProtectionDomain, RemoteAccess, Woken,
 };
+pub use timestamps::CompletionClock;
 pub use types::{
     bytes_to_mtu, effective_speed_code, lane_rate_bits_per_second, link_rate_bits_per_second,
     mtu_to_bytes, select_gid, select_gid_with, speed_name, wc_opcode, width_lanes, width_name, Gid,

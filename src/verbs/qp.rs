@@ -260,8 +260,8 @@ impl ProtectionDomain {
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
             .setup_max_inline_data(0)
-            .setup_send_cq(Arc::clone(send_cq.sideway()))
-            .setup_recv_cq(Arc::clone(recv_cq.sideway()))
+            .setup_send_cq(send_cq.sideway())
+            .setup_recv_cq(recv_cq.sideway())
             .build()
             .map_err(|e| VerbsError::Create {
                 resource: Resource::QueuePair,

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::{ibv_cq, ibv_wc, ibv_wc_flags};
-use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue as _};
+use sideway::ibverbs::completion::{
+    CompletionChannel, CompletionQueue as _, GenericCompletionQueue,
+};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::memory_region::MemoryRegion as SwMemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain as SwProtectionDomain;
@@ -82,26 +84,13 @@ impl Context {
     /// successful completions with wrong `wr_id`s (seen in the lab: lab/README.md); `ibv_poll_cq`
     /// is correct and is what perftest uses.
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
-        if cqe == 0 || cqe > i32::MAX as u32 {
-            return Err(VerbsError::InvalidArgument(format!(
-                "CQ size {cqe} out of range 1..={}",
-                i32::MAX
-            )));
-        }
+        check_cq_size(cqe)?;
         let create_err = |resource, source| VerbsError::Create {
             resource,
             device: self.name.to_string(),
             source,
         };
-        let channel = self
-            .ctx
-            .create_comp_channel()
-            .map_err(|e| create_err(Resource::CompletionChannel, io_error_of(&e)))?;
-        // Non-blocking, so `ibv_get_cq_event` after a spurious wake-up returns EAGAIN instead of
-        // blocking the engine thread past its timeout.
-        channel
-            .set_nonblocking(true)
-            .map_err(|e| create_err(Resource::CompletionChannel, e))?;
+        let channel = self.create_channel()?;
         let cq = self
             .ctx
             .create_cq_builder()
@@ -109,8 +98,37 @@ impl Context {
             .setup_comp_channel(&channel, 0)
             .build()
             .map_err(|e| create_err(Resource::CompletionQueue, io_error_of(&e)))?;
-        Ok(CompletionQueue { cq, channel })
+        Ok(CompletionQueue {
+            cq: GenericCompletionQueue::Basic(cq),
+            channel,
+        })
     }
+
+    /// A completion channel for a new CQ: non-blocking, so `ibv_get_cq_event` after a spurious
+    /// wake-up returns EAGAIN instead of blocking the caller past its timeout.
+    pub(super) fn create_channel(&self) -> Result<Arc<CompletionChannel>> {
+        let create_err = |source| VerbsError::Create {
+            resource: Resource::CompletionChannel,
+            device: self.name.to_string(),
+            source,
+        };
+        let channel = self
+            .ctx
+            .create_comp_channel()
+            .map_err(|e| create_err(io_error_of(&e)))?;
+        channel.set_nonblocking(true).map_err(create_err)?;
+        Ok(channel)
+    }
+}
+
+pub(super) fn check_cq_size(cqe: u32) -> Result<()> {
+    if cqe == 0 || cqe > i32::MAX as u32 {
+        return Err(VerbsError::InvalidArgument(format!(
+            "CQ size {cqe} out of range 1..={}",
+            i32::MAX
+        )));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +330,9 @@ pub struct Completion {
     pub src_qp: u32,
     /// Vendor error syndrome (perftest prints it as "syndrom 0x..").
     pub vendor_err: u32,
+    /// The NIC's clock when the work completed (ticks of its `hca_core_clock`): on a CQ made by
+    /// [`Context::create_timestamped_cq`] always, else never.
+    pub timestamp: Option<u64>,
 }
 
 impl Completion {
@@ -325,6 +346,7 @@ impl Completion {
         qp_num: 0,
         src_qp: 0,
         vendor_err: 0,
+        timestamp: None,
     };
 
     /// `Ok` for a successful completion, else [`VerbsError::WorkCompletion`] (whose `reason()` is
@@ -361,6 +383,7 @@ impl Completion {
             qp_num: wc.qp_num,
             src_qp: wc.src_qp,
             vendor_err: wc.vendor_err,
+            timestamp: None,
         }
     }
 }
@@ -368,11 +391,13 @@ impl Completion {
 /// How many `ibv_wc` are polled per `ibv_poll_cq` call (on the stack; 64 × 48 B).
 const POLL_CHUNK: usize = 64;
 
-/// A basic completion queue with its own completion channel, for both busy polling
-/// ([`CompletionQueue::poll`]) and sleeping ([`CompletionQueue::arm`] + [`CompletionQueue::wait`]).
+/// A completion queue with its own completion channel, for both busy polling
+/// ([`CompletionQueue::poll`]) and sleeping ([`CompletionQueue::arm`] + [`CompletionQueue::wait`]):
+/// a basic CQ ([`Context::create_cq`]), or an extended one whose completions carry the NIC's
+/// timestamps ([`Context::create_timestamped_cq`]).
 pub struct CompletionQueue {
-    cq: Arc<BasicCompletionQueue>,
-    channel: Arc<CompletionChannel>,
+    pub(super) cq: GenericCompletionQueue,
+    pub(super) channel: Arc<CompletionChannel>,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -384,8 +409,8 @@ impl std::fmt::Debug for CompletionQueue {
 }
 
 impl CompletionQueue {
-    pub(crate) fn sideway(&self) -> &Arc<BasicCompletionQueue> {
-        &self.cq
+    pub(crate) fn sideway(&self) -> GenericCompletionQueue {
+        self.cq.clone()
     }
 
     fn raw(&self) -> *mut ibv_cq {
@@ -400,9 +425,12 @@ impl CompletionQueue {
         u32::try_from(cqe).unwrap_or(0)
     }
 
-    /// Polls up to `out.len()` completions without blocking (`ibv_poll_cq`); returns how many
-    /// were written to the front of `out`.
+    /// Polls up to `out.len()` completions without blocking (`ibv_poll_cq`, or the extended
+    /// poller's calls on a timestamped CQ); returns how many were written to the front of `out`.
     pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
+        if let GenericCompletionQueue::Extended(cq) = &self.cq {
+            return super::timestamps::poll(cq, out);
+        }
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; POLL_CHUNK];
         let mut done = 0;
         while done < out.len() {

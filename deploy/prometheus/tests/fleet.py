@@ -97,6 +97,9 @@ class Fault:
     fraction: float = 0.0  # bandwidth fraction of a slow fault; 0 = probes fail; *_loss: the
     # share of pings lost; path_latency: the factor on the path's RTT
     rails: tuple = ()  # isolated: the node's dead rails
+    # Steps after its start by which the fault's alert must fire, where tighter than its kind's
+    # allowance (fault_alerts).
+    detect: int = None
     # The fault's own alert must not fire: another fault's alert names the same component (a
     # rate-capped port that also drops pings: RdmaProbePortDegraded).
     held: bool = False
@@ -609,6 +612,8 @@ def windows(sc):
     out = []
     for f in sc.faults:
         alerts, detect, resolve = fault_alerts(sc.fleet, f)
+        if f.detect is not None:
+            detect = f.detect
         if alerts and alerts[0] == OPTIONAL:
             alerts, detect = alerts[1:], f.end - f.start + 1
         out += [(a, f.start, f.end, detect, resolve) for a in alerts]
@@ -770,6 +775,11 @@ def scenarios():
                       # The worst paths are not filled with the dead node's zeros.
                       records=[('count(path:rdma_probe_bandwidth_ratio:worst{peer="t0n4"})', 60, []),
                                ("count(path:rdma_probe_bandwidth_ratio:worst)", 60, [("{}", 25)])]))
+    # Its probers' bursts come every 7 to 10 steps: the pings into it (every 5 s) name it first,
+    # once its exporter is not scraped: within the ping window (3 steps here) and the for:.
+    s.append(Scenario("a node powered off in a sampled fleet fires RdmaProbeNodeDown from its "
+                      "pings, within 3 intervals, before its probes have failed", SAMPLED, 60,
+                      [Fault("node_down", 20, 45, node="t1n2", detect=3)], check_every=1))
     s.append(Scenario("a reboot of a node fires nothing that pages", SAMPLED, 100,
                       [Fault("reboot", 30, 36, node="t2n0")]))
     s.append(Scenario("a dead rail leaf uplink fires one RdmaProbeTorUplinkDegraded",

@@ -139,8 +139,10 @@ fn assert_exporter_cost(results: &BTreeMap<String, String>) {
         number(results, "scrape_bursts_bursts") >= 1.0,
         "{results:?}"
     );
-    // The quiet window had no burst, the idle window (the normal schedule) had some.
+    // The quiet window had no burst, the idle window (the normal schedule, one 30 s interval
+    // at least, so every path's probe falls in it) had some.
     assert_eq!(number(results, "quiet_bursts"), 0.0, "{results:?}");
+    assert!(number(results, "idle_wall_seconds") >= 29.5, "{results:?}");
     assert!(number(results, "idle_bursts") >= 1.0, "{results:?}");
     assert!(number(results, "idle_rss_kib") > 0.0, "{results:?}");
     for window in ["quiet", "idle"] {

@@ -238,6 +238,13 @@ class PathState:
     pings_sent: int = 0
     pings_lost: int = 0
 
+    def attempt(self, ended, failed):
+        """A probe that ran and ended at `ended` (the success figures are the caller's)."""
+        self.attempts += 1
+        self.last_attempt = ended
+        self.failures = self.failures + 1 if failed else 0
+        self.success = 0 if failed else 1
+
 
 @dataclass
 class Scenario:
@@ -320,10 +327,7 @@ def emulate(sc):
                 if p in timing_out:
                     if timing_out[p] > now:
                         break
-                    st.attempts += 1
-                    st.last_attempt = timing_out.pop(p)
-                    st.failures += 1
-                    st.success = 0
+                    st.attempt(timing_out.pop(p), failed=True)
                 if next_probe[p] > now:
                     break
                 t = next_probe[p]
@@ -351,14 +355,8 @@ def emulate(sc):
                     continue
                 if not failed and rng.random() < sc.failure_rate:
                     failed = True
-                st.attempts += 1
-                st.last_attempt = round(t, 3)
-                if failed:
-                    st.failures += 1
-                    st.success = 0
-                else:
-                    st.failures = 0
-                    st.success = 1
+                st.attempt(round(t, 3), failed)
+                if not failed:
                     st.last_success = round(t, 3)
                     st.ratio = min(1.0, fraction * rng.uniform(0.95, 1.0))
                     st.min_window = rng.uniform(0.8, 0.95)

@@ -11,7 +11,7 @@ def run(panel, instant=False, data=1, seconds=(0.01,), error=None, dashboard="fl
         expr="rdma_probe_success"):
     return {"dashboard": dashboard, "panel": panel, "where": f"{dashboard}: panel {panel} (query A)",
             "expr": expr, "instant": instant, "instant_seconds": list(seconds), "range_seconds": list(seconds),
-            "instant_series": data if instant else 0, "range_series": 0 if instant else data,
+            "instant_series": data, "range_series": data,
             "error": error}
 
 
@@ -123,6 +123,58 @@ class DashboardBenchTest(unittest.TestCase):
         self.assertIn("both modes: p99 200 ms", text)
         self.assertIn("no data: fleet-overview.json: panel 2 B (query A)", text)
         self.assertIn("NO", text)
+
+    def test_empty_runs_are_left_out_of_the_latency_figures(self):
+        # One slow panel among a hundred whose selectors match nothing (milliseconds each):
+        # counted, the empty runs would put the p99 at 2 ms and the target met.
+        empty = [run(f"{i} E", data=0, seconds=(0.002,)) for i in range(100)]
+        data = [run("200 A", seconds=(0.05,)), run("201 B", seconds=(1.5,))]
+        s = db.summarize(empty + data)
+        self.assertEqual(s["p99_seconds"], 1.5)
+        self.assertEqual(s["p50_seconds"], 0.05)
+        self.assertEqual(s["p99_seconds_any_mode"], 1.5)
+        self.assertFalse(s["met"])
+        self.assertIn("p99", db.problems(s)[0])
+        # Reported apart, and in full.
+        self.assertEqual((s["empty_runs"], s["p99_seconds_empty"], s["runs"]), (100, 0.002, 204))
+        text = db.render(s)
+        self.assertIn("runs left out, as the panels run them, for returning no series: 100 (p99 2 ms)", text)
+        self.assertIn("over the runs that returned data", text)
+
+    def test_no_query_with_data_is_a_problem_not_a_met_target(self):
+        s = db.summarize([run("1 E", data=0), run("2 E", data=0)])
+        self.assertIsNone(s["p99_seconds"])
+        self.assertFalse(s["met"])
+        self.assertEqual(db.problems(s), ["dashboards: no query returned data: the latency target judges nothing"])
+
+    def test_an_empty_query_whose_every_series_exists_fails(self):
+        where = "fleet-overview.json: panel 2 J (query A)"
+        joined = dict(run("2 J", data=0), missing_series=[])
+        s = db.summarize([run("1 A"), joined])
+        self.assertEqual(s["empty_with_series"], [where])
+        self.assertFalse(s["met"])
+        self.assertEqual(db.problems(s), [f"{where}: no data, though every series it reads exists"])
+        self.assertIn(f"FAIL no data, though every series it reads exists: {where}", db.render(s))
+        # A series the fleet does not have explains it (named), as does not checking at all.
+        absent = dict(run("2 J", data=0), missing_series=['x{kind="capacity"}'])
+        s = db.summarize([run("1 A"), absent])
+        self.assertEqual((s["empty_with_series"], db.problems(s)), ([], []))
+        self.assertIn(f'no data: {where} (no series x{{kind="capacity"}})', db.render(s))
+        self.assertEqual(db.problems(db.summarize([run("1 A"), run("2 J", data=0)])), [])
+
+    def test_the_selectors_a_query_reads(self):
+        self.assertEqual(db.selectors('sum by (instance, reason) (rate(x_total{job="j", a=~"}[("}[5m])) * 60'),
+                         ['x_total{job="j", a=~"}[("}[5m]'])
+        self.assertEqual(db.selectors('bottomk(25, a{d=~".*"} / on(job, device) group_left() max by (job) (a))'),
+                         ['a{d=~".*"}', "a"])
+        self.assertEqual(db.selectors("count(path:x:slow{j=\"1\"}) or vector(0)"), ['path:x:slow{j="1"}'])
+        self.assertEqual(db.selectors('time() - y offset 5m > bool 1e3 unless ignoring(q) {__name__="z"}'),
+                         ["y", '{__name__="z"}'])
+        self.assertEqual(db.selectors('label_replace(w, "dst", "$1", "src", "(.*)")'), ["w"])
+
+    def test_a_range_selector_is_present_with_two_samples_an_instant_one_with_one_series(self):
+        self.assertEqual(db.presence_query('x{a="b"}'), 'count(x{a="b"})')
+        self.assertEqual(db.presence_query('x{a="b"}[5m]'), 'count(count_over_time(x{a="b"}[5m]) >= 2)')
 
 
 if __name__ == "__main__":

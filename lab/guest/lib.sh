@@ -1,10 +1,12 @@
 # Functions for lab scenarios (sourced before the scenario, inside each VM, by bash).
-# Environment: LAB_NODE (node1..), LAB_INDEX (1..), LAB_NODES (count), LAB_NIC, LAB_DIR (this
-# node's output directory), LAB_ADDR_nodeN (lab address of each node), LAB_DOORBELL_SO (the
+# Environment: LAB_NODE (node1..), LAB_INDEX (1..), LAB_NODES (count), LAB_NIC, LAB_RUN (the
+# scenario's run directory: barriers, and each node's output directory with its signals; /mnt, or
+# /mnt/parts/NAME in a shared boot), LAB_DIR (this node's output directory in it), LAB_ADDR_nodeN (lab address of each node), LAB_DOORBELL_SO (the
 # benchmark's LD_PRELOAD shim that measures CPU inside uverbs doorbell writes: lab/tools).
 
 # lab_addr NODE: the node's address on the lab network.
 lab_addr() { eval echo "\$LAB_ADDR_$1"; }
+LAB_RUN=${LAB_RUN:-/mnt}
 
 # lab_result KEY VALUE: records a result line for the test that runs the scenario.
 lab_result() { echo "$1=$2" >>"$LAB_DIR/results"; }
@@ -12,9 +14,9 @@ lab_result() { echo "$1=$2" >>"$LAB_DIR/results"; }
 # lab_barrier NAME [TIMEOUT_S]: waits until every node reached the barrier (default 180 s).
 lab_barrier() {
   local name=$1 limit=${2:-180} start=$SECONDS
-  mkdir -p "/mnt/barriers/$name"
-  touch "/mnt/barriers/$name/$LAB_NODE"
-  while [ "$(ls "/mnt/barriers/$name" | wc -l)" -lt "$LAB_NODES" ]; do
+  mkdir -p "$LAB_RUN/barriers/$name"
+  touch "$LAB_RUN/barriers/$name/$LAB_NODE"
+  while [ "$(ls "$LAB_RUN/barriers/$name" | wc -l)" -lt "$LAB_NODES" ]; do
     if [ $((SECONDS - start)) -ge "$limit" ]; then
       echo "lab_barrier $name: timed out after ${limit}s" >&2
       return 1
@@ -107,8 +109,8 @@ lab_wait_for() {
     sleep 0.5
   done
 }
-lab_signal() { touch "/mnt/nodes/$LAB_NODE/signal-$1"; }
-lab_wait_signal() { lab_wait_file "/mnt/nodes/$1/signal-$2" "${3:-120}"; }
+lab_signal() { touch "$LAB_RUN/nodes/$LAB_NODE/signal-$1"; }
+lab_wait_signal() { lab_wait_file "$LAB_RUN/nodes/$1/signal-$2" "${3:-120}"; }
 
 # lab_perftest_pair CLIENT SERVER TAG ARGS...: one stock ib_write_bw run from CLIENT to SERVER
 # (both nodes call it; other nodes return at once). The client's output lands in
@@ -127,7 +129,7 @@ lab_perftest_pair() {
       lab_signal "perftest-$tag-up-$try"
       wait $pid
       lab_wait_signal "$client" "perftest-$tag-done-$try" 300 || return 1
-      [ -e "/mnt/nodes/$client/signal-perftest-$tag-retry-$try" ] || return 0
+      [ -e "$LAB_RUN/nodes/$client/signal-perftest-$tag-retry-$try" ] || return 0
     elif [ "$LAB_NODE" = "$client" ]; then
       lab_wait_signal "$server" "perftest-$tag-up-$try" || return 1
       ib_write_bw "$@" "$(lab_addr "$server")" >"perftest-$tag-client.txt" 2>&1

@@ -42,8 +42,8 @@ case $LAB_NODE in
     while :; do
       round=$((round + 1))
       lab_wait_signal node1 "want-perftest-$round" 900 || exit 1
-      [ -e /mnt/nodes/node1/signal-bench-done ] && break
-      args=$(cat /mnt/nodes/node1/perftest-args-$round)
+      [ -e "$LAB_RUN/nodes/node1/signal-bench-done" ] && break
+      args=$(cat "$LAB_RUN/nodes/node1/perftest-args-$round")
       # Bounded: a client that never connects (a broken run) must not hang the lab.
       timeout 300 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" $args >perftest-server-$round.txt 2>&1 &
       pid=$!

@@ -74,7 +74,7 @@ if [ "$LAB_NODE" = node1 ]; then
     --pid-file=/tmp/dnsmasq.pid --log-queries --log-facility=- >dnsmasq.log 2>&1 &
   dnsmasq_pid=$!
 fi
-lab_wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat /mnt/nodes/node1/dnsmasq.log; exit 1; }
+lab_wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat "$LAB_RUN/nodes/node1/dnsmasq.log"; exit 1; }
 start_exporter
 lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
 lab_barrier exporters-up

@@ -62,7 +62,7 @@ EOF
     lab_wait_signal node1 attack-start 300 || fail "node1 never attacked"
     ok_start=$(successes)
     t0=$SECONDS
-    while [ ! -e /mnt/nodes/node1/signal-attack-done ] && [ $((SECONDS - t0)) -lt 300 ]; do
+    while [ ! -e "$LAB_RUN/nodes/node1/signal-attack-done" ] && [ $((SECONDS - t0)) -lt 300 ]; do
       process $pid >>samples.txt
       sleep 0.25
     done

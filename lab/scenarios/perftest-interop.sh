@@ -23,8 +23,8 @@ case $LAB_NODE in
     while :; do
       round=$((round + 1))
       lab_wait_signal node1 "want-server-$round" 900 || exit 1
-      [ -e /mnt/nodes/node1/signal-interop-done ] && break
-      args=$(cat "/mnt/nodes/node1/server-args-$round")
+      [ -e "$LAB_RUN/nodes/node1/signal-interop-done" ] && break
+      args=$(cat "$LAB_RUN/nodes/node1/server-args-$round")
       # Bounded: a client that never finishes must not hang the lab.
       timeout 120 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" $args >"server-$round.txt" 2>&1 &
       pid=$!
@@ -38,13 +38,13 @@ case $LAB_NODE in
     # probe and exits); every exit status is kept.
     : >loop-rc.txt
     n=0
-    while [ ! -e /mnt/nodes/node1/signal-exporter-done ]; do
+    while [ ! -e "$LAB_RUN/nodes/node1/signal-exporter-done" ]; do
       n=$((n + 1))
       timeout 60 ib_write_bw -d rxe0 -x 1 -F -u "$QP_TIMEOUT" >"loop-$n.txt" 2>&1 &
       pid=$!
       # The server left waiting when node1 is done is stopped (its status is not a probe's).
       while kill -0 $pid 2>/dev/null; do
-        [ -e /mnt/nodes/node1/signal-exporter-done ] && { kill $pid; break; }
+        [ -e "$LAB_RUN/nodes/node1/signal-exporter-done" ] && { kill $pid; break; }
         sleep 0.2
       done
       wait $pid
@@ -64,8 +64,8 @@ case $LAB_NODE in
     # server_result: waits for the server to exit; sets SRV_RC and SRV_OUT.
     server_result() {
       lab_wait_signal node2 "server-done-$round" 180 || return 1
-      SRV_RC=$(cat "/mnt/nodes/node2/server-$round.rc")
-      SRV_OUT="/mnt/nodes/node2/server-$round.txt"
+      SRV_RC=$(cat "$LAB_RUN/nodes/node2/server-$round.rc")
+      SRV_OUT="$LAB_RUN/nodes/node2/server-$round.txt"
     }
     gbps_of_table() { awk '/#bytes/ {getline; print $4; exit}' "$1"; }
     failures=0

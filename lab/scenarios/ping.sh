@@ -97,6 +97,8 @@ scrape loss-end
 lab_barrier lossy || exit 1
 [ "$LAB_NODE" = node2 ] && lab_clear_faults
 lab_barrier cleared || exit 1
+# The log's length before node2's restart: the test reads what the exporter logged from here on.
+stat -c %s exporter.log >"restart-log-offset-$LAB_NODE"
 # 4. node2's exporter restarts (a new ping QP, new keys): the others learn its targets again
 #    once their pings go unanswered, without waiting for their next burst (a minute away).
 case $LAB_NODE in

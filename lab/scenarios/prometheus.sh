@@ -13,7 +13,8 @@
 #  4. node loss: node3 is powered off until the first notification, then HOLD_INTERVALS more plus
 #     the longest `for:` of the alerts it must hold back;
 #  Each fault starts HOLD_INTERVALS after the previous one has cleared (its late notifications
-#  count against it).
+#  count against it); those stretches, from the moment no alert fires (cap_cleared,
+#  port_cleared) to the next fault, are clean too.
 #  5. node1 keeps what the test judges: the notifications, every firing alert sample of the run,
 #     the rules' health, every dashboard query run over the whole run, what each path measured
 #     (shown when a phase fails) and the phase times (its own clock, which is Prometheus's).
@@ -150,6 +151,7 @@ node1)
   lab_signal uncap
   lab_wait_signal node2 uncapped 60 || exit 1
   wait_count "no alert after the cap" 300 "$(firing)" 0 || exit 1
+  phase cap_cleared
   hold
 
   # 3. node3's RoCE port dead.
@@ -162,6 +164,7 @@ node1)
   lab_signal port-back
   lab_wait_signal node3 port-alive 60 || exit 1
   wait_count "no alert after the dead port" 300 "$(firing)" 0 || exit 1
+  phase port_cleared
   hold
 
   # 4. node3 is powered off.

@@ -5,7 +5,7 @@ use crate::support::{self, parse_perftest};
 
 #[test]
 fn two_nodes_run_stock_ib_write_bw() {
-    let run = support::run("perftest-pair", 2, "perftest-pair.sh", &[], 300);
+    let run = support::run_shared(&support::PAIR, "perftest-pair.sh");
     run.assert_success();
     let client = parse_perftest(&run.log("node1"))
         .unwrap_or_else(|| panic!("no perftest table in node1's log:\n{}", run.log("node1")));
@@ -24,7 +24,7 @@ fn two_nodes_run_stock_ib_write_bw() {
 
 #[test]
 fn three_nodes_reach_each_other_with_ib_write_bw() {
-    let run = support::run("perftest-mesh", 3, "perftest-mesh.sh", &[], 420);
+    let run = support::run_shared(&support::MESH, "perftest-mesh.sh");
     run.assert_success();
     for node in ["node1", "node2", "node3"] {
         let results = run.results(node);
@@ -53,7 +53,7 @@ fn three_nodes_reach_each_other_with_ib_write_bw() {
 
 #[test]
 fn fault_injection_and_stopping_a_node_work() {
-    let run = support::run("faults", 2, "faults.sh", &[], 300);
+    let run = support::run_shared(&support::PAIR, "faults.sh");
     run.assert_success();
     let r = run.results("node1");
     let expect = [

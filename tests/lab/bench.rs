@@ -62,10 +62,9 @@ fn failed_tries_beyond_one_fail_the_benchmark() {
 
 #[test]
 fn benchmark_prints_side_by_side_figures() {
-    let bin = std::path::Path::new("target/release/rdma-probe-exporter");
     // The short run (bench.sh's defaults: 2 bandwidth rounds, 100 scrapes a phase, 10 s CPU
     // windows): about 6 minutes here; scripts/bench runs the long one.
-    let run = support::run("bench", 2, "bench.sh", &[bin], 1500);
+    let run = support::run_shared(&support::PAIR, "bench.sh");
     run.assert_success();
     let results = run.results("node1");
     eprintln!("---- benchmark ----\n{}", run.log("node1"));

@@ -13,8 +13,6 @@ use serde_json::Value;
 use crate::promtool;
 use crate::support::{self, LabRun};
 
-const BIN: &str = "target/release/rdma-probe-exporter";
-
 fn json(run: &LabRun, file: &str) -> Value {
     let text = run.file("node1", file);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| {
@@ -79,7 +77,7 @@ fn mbps(bytes_per_second: f64) -> f64 {
 /// The scenario's run, shared by the tests of this file (one boot).
 fn lab_run() -> &'static LabRun {
     static RUN: OnceLock<LabRun> = OnceLock::new();
-    RUN.get_or_init(|| support::run("capacity", 2, "capacity.sh", &[BIN.as_ref()], 900))
+    RUN.get_or_init(|| support::run_shared(&support::PAIR, "capacity.sh"))
 }
 
 #[test]

@@ -6,7 +6,6 @@
 use crate::promtool;
 use crate::support::{self, LabRun};
 
-const BIN: &str = "target/release/rdma-probe-exporter";
 /// The scenario's `forget_after`, and how often it resolves the name.
 const FORGET_AFTER: f64 = 20.0;
 const REFRESH: f64 = 2.0;
@@ -26,7 +25,7 @@ fn seconds(run: &LabRun, key: &str) -> f64 {
 
 #[test]
 fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survives_dns_failure() {
-    let run = support::run("discovery", 3, "discovery.sh", &[BIN.as_ref()], 600);
+    let run = support::run_shared(&support::MESH, "discovery.sh");
     run.assert_success();
     // Every exporter stopped cleanly on SIGTERM: node2's when its record went, the others' at
     // the end.

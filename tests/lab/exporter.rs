@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use crate::promtool;
 use crate::support::{self, LabRun};
 
-const BIN: &str = "target/release/rdma-probe-exporter";
 const NODES: [&str; 3] = ["node1", "node2", "node3"];
 
 /// Samples of a classic-format scrape, by series text (name and labels).
@@ -62,7 +61,7 @@ fn seconds(run: &LabRun, node: &str, key: &str) -> f64 {
 
 #[test]
 fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
-    let run = support::run("exporter", 3, "exporter.sh", &[BIN.as_ref()], 900);
+    let run = support::run_shared(&support::MESH, "exporter.sh");
     run.assert_success();
 
     // 1. Every node: success 1 and bandwidth > 0 for both of its paths; promtool-clean.

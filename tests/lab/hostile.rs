@@ -6,12 +6,8 @@
 //! valid probe from node1 succeeds during the flood and right after it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use crate::support;
-
-const BIN: &str = "target/release/rdma-probe-exporter";
-const HOSTILE: &str = "target/release/examples/hostile";
 
 /// `key=value` pairs of one result line.
 fn fields(line: &str) -> BTreeMap<String, u64> {
@@ -79,8 +75,7 @@ fn assert_every_attack_ran(run: &support::LabRun, reports: &[serde_json::Value])
 
 #[test]
 fn the_exporter_survives_hostile_clients_and_keeps_probing() {
-    let bins = [Path::new(BIN), Path::new(HOSTILE)];
-    let run = support::run("hostile", 2, "hostile.sh", &bins, 600);
+    let run = support::run_shared(&support::PAIR, "hostile.sh");
     eprintln!("---- node1 ----\n{}", run.log("node1"));
     eprintln!("---- node2 ----\n{}", run.log("node2"));
     run.assert_success();

@@ -71,13 +71,7 @@ fn five_hundred_failed_and_successful_bursts_leak_nothing() {
 /// test run.
 #[test]
 fn unreachable_peer_and_port_down_fail_fast_and_recover() {
-    let run = support::run(
-        "faults-exporter",
-        2,
-        "faults-exporter.sh",
-        &[std::path::Path::new(BIN)],
-        600,
-    );
+    let run = support::run_shared(&support::PAIR, "faults-exporter.sh");
     assert_faults_handled_without_leaks(&run, 20, 20);
 }
 

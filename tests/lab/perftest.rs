@@ -10,8 +10,7 @@ use crate::support;
 
 #[test]
 fn perftest_server_accepts_our_burst_and_reports_it() {
-    let bin = std::path::Path::new("target/release/rdma-probe-exporter");
-    let run = support::run("perftest-interop", 2, "perftest-interop.sh", &[bin], 900);
+    let run = support::run_shared(&support::PAIR, "perftest-interop.sh");
     eprintln!("---- perftest interop ----\n{}", run.log("node1"));
     run.assert_success();
     let results = run.results("node1");

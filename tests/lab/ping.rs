@@ -1,18 +1,19 @@
 //! The exporter's pings on three lab nodes (lab/scenarios/ping.sh): every node pings both others
 //! every 100 ms over its device's UD QP, with targets and keys learnt from its burst sessions.
 //! `netem delay 3ms` on node2's NIC raises the median RTT of exactly the paths to and from node2
-//! by 3 ms ± 1 ms within two windows (net of the drift the other paths show); `netem loss 5%` there loses 2-10% of exactly those paths'
+//! by 3 ms ± 1 ms within two windows net of the drift the other paths show (and by 2 to 5 ms
+//! raw); `netem loss 5%` there loses 2-10% of exactly those paths'
 //! pings (over four windows); node2's exporter restarted (a new ping QP, new keys) is pinged and
 //! answered again within seconds, its target learnt again without waiting for a burst; node2
-//! powered off loses every ping to it, counted by the first scrape after the cut. Timestamps are
-//! the CPU's: rxe has no completion timestamps.
+//! powered off loses every ping to it, counted by the first scrape after the cut; 200 pings a
+//! second are all sent and answered. Timestamps are the CPU's: rxe has no completion timestamps.
+//! Printouts, asserted only within sanity bounds: the round trip next to stock ib_write_lat's on
+//! the same link (a ratio of figures that differ in kind) and the ping thread's CPU.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use crate::support::{self, LabRun};
 
-const BIN: &str = "target/release/rdma-probe-exporter";
 const NODES: [&str; 3] = ["node1", "node2", "node3"];
 
 /// A path's figures in one scrape.
@@ -105,11 +106,12 @@ struct PingThreadCost {
     user_s: f64,
     system_s: f64,
     pings: f64,
+    answered: f64,
     seconds: f64,
 }
 
 fn ping_thread_cost(run: &LabRun, node: &str, from: &str, to: &str) -> PingThreadCost {
-    let read = |name: &str| -> (f64, f64, f64, f64) {
+    let read = |name: &str| -> (f64, f64, f64, f64, f64) {
         let text = run.file(node, &format!("{name}-{node}.txt"));
         let (user, system) = text
             .lines()
@@ -123,20 +125,22 @@ fn ping_thread_cost(run: &LabRun, node: &str, from: &str, to: &str) -> PingThrea
                 .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
                 .sum()
         };
-        let pings = sum("rdma_probe_ping_sent_total{") + sum("rdma_probe_ping_answered_total{");
+        let answered = sum("rdma_probe_ping_answered_total{");
         (
             user / 100.0,
             system / 100.0,
-            pings,
+            sum("rdma_probe_ping_sent_total{") + answered,
+            answered,
             scrape_time_ms(&text, node, name) / 1e3,
         )
     };
-    let (u0, s0, p0, t0) = read(from);
-    let (u1, s1, p1, t1) = read(to);
+    let (u0, s0, p0, a0, t0) = read(from);
+    let (u1, s1, p1, a1, t1) = read(to);
     PingThreadCost {
         user_s: u1 - u0,
         system_s: s1 - s0,
         pings: p1 - p0,
+        answered: a1 - a0,
         seconds: t1 - t0,
     }
 }
@@ -147,13 +151,32 @@ fn label<'a>(series: &'a str, name: &str) -> Option<&'a str> {
     Some(&series[start..start + len])
 }
 
+/// Whether an exporter log holds the line of a ping target to `peer` learnt again without a
+/// burst (exporter/device.rs logs it with the path's labels).
+fn relearnt_within(log: &str, peer: &str) -> bool {
+    log.lines()
+        .any(|l| l.contains("their target learnt again") && l.contains(&format!("peer={peer} ")))
+}
+
+#[test]
+fn relearning_is_judged_for_the_restarted_peer_only() {
+    let line = |peer: &str| {
+        format!("2026-12-07T02:00:00Z  INFO rdma_probe_exporter::exporter::device: pings unanswered: their target learnt again device=rxe0 peer={peer} peer_device=rxe0")
+    };
+    assert!(relearnt_within(&line("node2"), "node2"));
+    assert!(!relearnt_within(&line("node3"), "node2"));
+    assert!(!relearnt_within(&line("node22"), "node2"));
+    assert!(!relearnt_within("peer=node2 connected", "node2"));
+}
+
 fn touches_node2(node: &str, peer: &str) -> bool {
     node == "node2" || peer == "node2"
 }
 
 #[test]
-fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
-    let run = support::run("ping", 3, "ping.sh", &[Path::new(BIN)], 480);
+fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths_and_print_their_cost_beside_ib_write_lat(
+) {
+    let run = support::run_shared(&support::MESH, "ping.sh");
     run.assert_success();
     // A bound missed is told at the end, after every figure of the run.
     let mut failures: Vec<String> = Vec::new();
@@ -182,6 +205,14 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
         delay[node][peer].p50_ms.unwrap_or(f64::NAN) - clean[node][peer].p50_ms.unwrap_or(f64::NAN)
     };
     let drift = (rise("node1", "node3") + rise("node3", "node1")) / 2.0;
+    // The delay is judged net of that drift (within 1 ms of 3 ms), and the raw rise on its own
+    // (2 to 5 ms: a drift of the others cannot make up for a delay not seen, nor excuse a rise
+    // far beyond it); the drift itself is bounded as each path not crossing node2 is.
+    check!(
+        drift.abs() <= 1.5,
+        "the medians of the paths not crossing node2 drifted {drift:.2} ms between the clean and \
+         the delay window: the lab is too noisy to judge a 3 ms delay"
+    );
     let mut table = format!(
         "ICMP node1 -> node2: {icmp} ms; drift of the medians not crossing node2, clean to delay window: {drift:.2} ms\npath            clean p50/p99 ms  delay p50 ms  clean lost/sent  loss lost/sent\n"
     );
@@ -254,7 +285,7 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
             if touches_node2(node, peer) {
                 let net = rise - drift;
                 check!(
-                    (2.0..=4.0).contains(&net),
+                    (2.0..=4.0).contains(&net) && (2.0..=5.0).contains(&rise),
                     "{node} -> {peer}: median rose {rise:.2} ms under netem delay 3ms, {net:.2} ms net of the lab's drift ({drift:.2} ms)"
                 );
                 check!(
@@ -279,6 +310,7 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
     // unanswered until its engine names the path silent and a session without a burst learns
     // the new target (the bursts are a minute apart).
     let mut restarted = BTreeMap::new();
+    let mut relearnt_without_burst = 0;
     for node in ["node1", "node3"] {
         let start_ms = stamp_ms(&run, &format!("restart-start-{node}"), node);
         let scrapes: Vec<Figures> = (1..=15)
@@ -292,9 +324,14 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
             .map(|i| scrapes[i].at_ms - start_ms);
         let (a, b) = (scrapes[9], scrapes[14]);
         let (sent, lost) = (b.sent - a.sent, b.lost - a.lost);
+        // The exporter's log from the restart on (ping.sh notes its length then).
         let log = run.file(node, "exporter.log");
-        let lines: Vec<&str> = log.lines().collect();
-        let log = lines[lines.len().saturating_sub(30)..].join("\n");
+        let offset: usize = run
+            .file(node, &format!("restart-log-offset-{node}"))
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{node}'s restart-log-offset: {e}"));
+        let log = log.get(offset..).unwrap_or_default();
         let burst_s = last_attempt_s(&run, node, "restart-15", "node2");
         // Whether a burst to node2 ended between the restart and the first answer (its session
         // would have taught the new target too).
@@ -314,12 +351,23 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
             "{node}: pings to node2 not answered again within 15 s of its exporter's restart \
              ({lost} of {sent} lost over the last 5 s)\n{log}"
         );
-        check!(
-            burst_ran || log.contains("their target learnt again"),
-            "{node}: pings to node2 answered again, but no burst ran and no target was learnt again:\n{log}"
-        );
+        if !burst_ran {
+            check!(
+                relearnt_within(log, "node2"),
+                "{node}: pings to node2 answered again with no burst before, but its log since the \
+                 restart says no target to node2 was learnt again:\n{log}"
+            );
+            relearnt_without_burst += 1;
+        }
         restarted.insert(node, b);
     }
+    // A burst between the restart and the first answer (a minute apart, about one run in sixty
+    // a node) would have taught the target itself: the claim needs one node without it.
+    check!(
+        relearnt_without_burst > 0,
+        "a burst to node2 ran before the first answer on both nodes: relearning without a burst \
+         is not shown"
+    );
     // node2 powered off: the first scrape after the cut (the runner says the VM is gone a
     // moment after it is) has counted lost pings; from then on every ping to node2 is lost (but
     // the last timeout's, still outstanding), and the path to the third node loses none.
@@ -396,6 +444,15 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
         n("lost"),
         n("rtt_p50_us") / (2.0 * row[4]),
     );
+    // The ratio is a printout: the two figures differ in kind (ours takes the responder's hold
+    // time out; ib_write_lat busy-polls, our engine is woken by events, which on an emulated CPU
+    // costs a wake-up at each end). Only a sanity bound is asserted: a median several times
+    // ib_write_lat's on the same link is a ping engine that waits where it should not.
+    let median_ratio = n("rtt_p50_us") / (2.0 * row[4]);
+    check!(
+        median_ratio <= 2.5,
+        "probe --ping's median round trip is {median_ratio:.2} times ib_write_lat's on the same link"
+    );
     // 200 pings a second on node1's link to node3: the rate of 1,000 paths pinged every 5 s.
     let rate: serde_json::Value = serde_json::from_str(&run.file("node1", "probe-rate.json"))
         .unwrap_or_else(|e| {
@@ -428,10 +485,13 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths() {
         probe_cpu_s,
         1e6 * probe_cpu_s / sent,
     );
+    // Every ping sent and (but for 1%) answered, as the prober counted them: node3's own count
+    // of answers also holds node1's exporter's pings to it, so it bounds from below only.
+    let lost = rate["lost"].as_f64().unwrap_or(f64::NAN);
     check!(
-        sent == 2000.0 && answering.pings >= 2000.0,
-        "probe --ping at 5ms: {rate}; node3 counted {} pings",
-        answering.pings
+        sent == 2000.0 && lost <= 0.01 * sent && answering.answered >= sent - lost,
+        "probe --ping at 5ms: {rate}; node3 answered {} pings over the run",
+        answering.answered
     );
     eprintln!("{table}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -36,7 +36,7 @@ fn f64_of(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn probe_between_two_nodes() {
-    let run = support::run("probe-basic", 2, "probe-basic.sh", &[BIN.as_ref()], 600);
+    let run = support::run_shared(&support::PAIR, "probe-basic.sh");
     run.assert_success();
     // The responder served every probe below and stopped cleanly on SIGTERM.
     run.assert_exits("node2", "exits", &[("responder", "0")]);
@@ -217,7 +217,7 @@ fn losing_the_prober_node_mid_burst_frees_the_responder() {
 /// What an always-on exporter needs from the engine and the responder (see the scenario).
 #[test]
 fn long_running_service_behaviours() {
-    let run = support::run("probe-service", 2, "probe-service.sh", &[BIN.as_ref()], 600);
+    let run = support::run_shared(&support::PAIR, "probe-service.sh");
     run.assert_success();
 
     // CQ moderation 100 at 20 msg/s: 5 s of unsignaled WRITEs is not a 3 s stall.

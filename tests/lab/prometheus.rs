@@ -1,6 +1,8 @@
 //! The shipped alert rules, Alertmanager configuration and dashboards on a real Prometheus and
 //! Alertmanager with the three lab exporters (lab/scenarios/prometheus.sh). Notifications are
-//! counted, not alerts: a clean run sends none; a rate cap on one node sends one, naming that
+//! counted: a clean run sends none, and Prometheus fires no alert in it nor between a fault's
+//! clearing and the next fault (an alert that fires and clears within Alertmanager's
+//! `group_wait` sends nothing, so notifications alone cannot show it); a rate cap on one node sends one, naming that
 //! node's port (RdmaProbePortDegraded); a port that drops every RoCE packet sends one
 //! (RdmaProbePortFailing); a node powered off sends one (RdmaProbeNodeDown); no notification
 //! carries a template error; and every dashboard query returns data.
@@ -295,6 +297,61 @@ fn first_firing(firing: &Value, alert: &str, (from, to): (f64, f64)) -> Option<f
         .reduce(f64::min)
 }
 
+/// Every alert Prometheus evaluated as firing within [from, to), with its first such time, from
+/// every firing sample of the run (alerts-firing.json).
+fn fired_within(firing: &Value, (from, to): (f64, f64)) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for series in firing["data"]["result"].as_array().into_iter().flatten() {
+        let first = series["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p[0].as_f64())
+            .filter(|t| (from..to).contains(t))
+            .reduce(f64::min);
+        if let Some(t) = first {
+            let m = &series["metric"];
+            let name = |k: &str| m[k].as_str().unwrap_or("").to_owned();
+            out.push((
+                format!(
+                    "{}{{node={:?},device={:?},peer={:?}}}",
+                    name("alertname"),
+                    name("node"),
+                    name("device"),
+                    name("peer")
+                ),
+                t,
+            ));
+        }
+    }
+    out
+}
+
+/// Panics if any alert fired in Prometheus within the clean stretch [from, to). Notifications
+/// alone cannot show it: an alert that fires and clears within Alertmanager's `group_wait` is
+/// never sent, though it fired.
+fn assert_none_fired(firing: &Value, what: &str, (from, to): (f64, f64), interval: f64) {
+    let fired = fired_within(firing, (from, to));
+    eprintln!(
+        "{what}: {} alert(s) firing in Prometheus over {:.0} s",
+        fired.len(),
+        to - from
+    );
+    if !fired.is_empty() {
+        let list: Vec<String> = fired
+            .iter()
+            .map(|(alert, t)| {
+                format!(
+                    "{alert} from {:.0} s ({:.1} intervals)",
+                    t - from,
+                    (t - from) / interval
+                )
+            })
+            .collect();
+        panic!("{what}: alerts fired in Prometheus: {}", list.join("; "));
+    }
+}
+
 /// Panics unless the window [from, to) received exactly the `want` notification (or none);
 /// `history` (path_history) goes into the message.
 fn assert_one_notification(
@@ -409,6 +466,10 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         (clean_end - phase(&run, "clean_start")) / interval
     );
     assert_one_notification(&sent, "clean", (up, clean_end), None, interval, &history);
+    // ... and no alert fired in Prometheus: not in the clean phase, nor from the moment no alert
+    // fired after a fault was cleared to the next fault's start.
+    let firing = json(&run, "alerts-firing.json");
+    assert_none_fired(&firing, "clean", (up, clean_end), interval);
 
     // 2.-4. One notification per fault, naming its component; each fault's window runs to the
     // next fault's start, so a late or second notification counts against it.
@@ -417,7 +478,15 @@ fn shipped_rules_and_dashboards_on_a_real_prometheus_detect_the_injected_faults(
         phase(&run, "port_start"),
         phase(&run, "stop_start"),
     );
-    let firing = json(&run, "alerts-firing.json");
+    for (cleared, next) in [("cap_cleared", port), ("port_cleared", stop)] {
+        let from = phase(&run, cleared);
+        assert_none_fired(
+            &firing,
+            &format!("clean after {cleared}"),
+            (from, next),
+            interval,
+        );
+    }
     let show_firing =
         |alert: &str, start: f64, window: (f64, f64)| match first_firing(&firing, alert, window) {
             Some(t) => eprintln!(
@@ -592,4 +661,30 @@ fn a_dashboard_query_that_failed_is_not_one_without_events() {
     assert!(support::panics(|| {
         queries_without_data(&failed);
     }));
+}
+
+/// The clean check reads Prometheus's firing samples: an alert that fired for one evaluation
+/// inside the stretch fails it (though it sent no notification); one firing before or after it
+/// does not.
+#[test]
+fn an_alert_firing_in_a_clean_stretch_fails_it_without_a_notification() {
+    let firing = serde_json::json!({"data": {"result": [
+        {"metric": {"alertname": "RdmaProbePathSlow", "node": "node1", "device": "rxe0", "peer": "node2"},
+         "values": [[95.0, "1"], [205.0, "1"]]},
+    ]}});
+    assert_none_fired(&firing, "t", (100.0, 200.0), 5.0);
+    assert!(fired_within(&firing, (100.0, 200.0)).is_empty());
+    assert!(support::panics(|| assert_none_fired(
+        &firing,
+        "t",
+        (90.0, 200.0),
+        5.0
+    )));
+    assert_eq!(
+        fired_within(&firing, (200.0, 300.0)),
+        vec![(
+            "RdmaProbePathSlow{node=\"node1\",device=\"rxe0\",peer=\"node2\"}".to_owned(),
+            205.0
+        )]
+    );
 }

@@ -146,21 +146,183 @@ pub fn run_with_files(
     files: &[&Path],
     timeout_s: u32,
 ) -> LabRun {
-    let _serial = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let root = repo_root();
-    let dir = root.join("target").join("lab-runs").join(name);
-    for bin in bins {
-        assert_fresh(&root, &root.join(bin));
-    }
     let lab = LabArgs {
         name,
         nodes,
-        scenario,
+        scenarios: &[scenario],
         bins,
         files,
         timeout_s,
     };
-    run_guarded(name, &dir, || run_once(&root, &dir, &lab))
+    run_lab(&lab)
+}
+
+/// Runs `lab` (its binaries checked fresh first) as [`run`] says, under the lab's lock.
+fn run_lab(lab: &LabArgs) -> LabRun {
+    let _serial = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let root = repo_root();
+    let dir = root.join("target").join("lab-runs").join(lab.name);
+    for bin in lab.bins {
+        assert_fresh(&root, &root.join(bin));
+    }
+    run_guarded(lab.name, &dir, || run_once(&root, &dir, lab))
+}
+
+/// Scenarios that share one boot of the lab: `lab/run` runs them one after another on the same
+/// VMs (resetting every node between two: lab/guest/node.sh), each in its own part of the run
+/// directory, laid out as a run of its own. A boot takes a minute or so of emulation; the
+/// scenarios of a test run share a few. Only the last may stop a node.
+pub struct SharedBoot {
+    pub name: &'static str,
+    pub nodes: u32,
+    /// The scenarios (under lab/scenarios), in the order they run.
+    pub scenarios: &'static [&'static str],
+    /// What any of them needs (paths relative to the repo root).
+    pub bins: &'static [&'static str],
+    /// For the whole boot: the sum of its scenarios' own limits.
+    pub timeout_s: u32,
+}
+
+const EXPORTER: &str = "target/release/rdma-probe-exporter";
+
+/// Two nodes: the probe, the responder, perftest and the exporter's faults; `faults.sh` stops a
+/// node, so it runs last.
+pub static PAIR: SharedBoot = SharedBoot {
+    name: "pair",
+    nodes: 2,
+    scenarios: &[
+        "perftest-pair.sh",
+        "probe-basic.sh",
+        "probe-service.sh",
+        "hostile.sh",
+        "capacity.sh",
+        "perftest-interop.sh",
+        "faults-exporter.sh",
+        "bench.sh",
+        "faults.sh",
+    ],
+    bins: &[EXPORTER, "target/release/examples/hostile"],
+    timeout_s: 6300,
+};
+
+/// Three nodes: the exporter's mesh; `ping.sh` powers node2 off, so it runs last.
+pub static MESH: SharedBoot = SharedBoot {
+    name: "mesh",
+    nodes: 3,
+    scenarios: &[
+        "perftest-mesh.sh",
+        "exporter.sh",
+        "traffic.sh",
+        "discovery.sh",
+        "ping.sh",
+    ],
+    bins: &[EXPORTER],
+    timeout_s: 3300,
+};
+
+/// What a shared boot's `lab/run` gave, or why it did not run (its message).
+type SharedOutcome = Result<LabRun, String>;
+
+static SHARED: Mutex<BTreeMap<&'static str, SharedOutcome>> = Mutex::new(BTreeMap::new());
+
+/// The part of `boot` that ran `scenario`: the first call runs the whole boot (every test of it
+/// then reads its own part). A boot that could not run fails every part with its reason.
+pub fn run_shared(boot: &'static SharedBoot, scenario: &str) -> LabRun {
+    assert!(
+        boot.scenarios.contains(&scenario),
+        "{scenario} is not a scenario of the shared boot '{}'",
+        boot.name
+    );
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    let whole = shared.entry(boot.name).or_insert_with(|| {
+        let bins: Vec<&Path> = boot.bins.iter().map(Path::new).collect();
+        let args = LabArgs {
+            name: boot.name,
+            nodes: boot.nodes,
+            scenarios: boot.scenarios,
+            bins: &bins,
+            files: &[],
+            timeout_s: boot.timeout_s,
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_lab(&args)))
+            .map_err(|e| panic_message(&*e))
+    });
+    let whole = match whole {
+        Ok(run) => run,
+        Err(why) => panic!("the shared boot '{}' did not run: {why}", boot.name),
+    };
+    let part = part_of(whole, scenario);
+    let took = part_seconds(&part);
+    let line = format!(
+        "LAB SUMMARY '{}': scenario {} in {took:.0} s (a part of the shared boot '{}')",
+        scenario.trim_end_matches(".sh"),
+        if part.status == 0 { "passed" } else { "failed" },
+        boot.name
+    );
+    eprintln!("{line}");
+    part
+}
+
+fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// The run of one scenario of a shared boot: its part of the run directory, and its status:
+/// 0 when every node's part exited 0 (a node the part stopped counts as done), else the first
+/// node's other status (-1 for a node that recorded none).
+fn part_of(whole: &LabRun, scenario: &str) -> LabRun {
+    let dir = whole
+        .dir
+        .join("parts")
+        .join(scenario.trim_end_matches(".sh"));
+    let mut status = 0;
+    let mut nodes: Vec<PathBuf> = std::fs::read_dir(dir.join("nodes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    nodes.sort();
+    for node in nodes {
+        let recorded = std::fs::read_to_string(node.join("status"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        let stopped = node
+            .file_name()
+            .is_some_and(|n| whole.dir.join("nodes").join(n).join("stopped").exists());
+        let this = match recorded {
+            Some(s) => s,
+            None if stopped => 0,
+            None => -1,
+        };
+        if status == 0 {
+            status = this;
+        }
+    }
+    LabRun {
+        dir,
+        status,
+        output: whole.output.clone(),
+        kernel_panics: whole.kernel_panics.clone(),
+    }
+}
+
+/// How long a part ran on node1 (the `started` and `ended` times lab/guest/node.sh writes).
+fn part_seconds(part: &LabRun) -> f64 {
+    let at = |name: &str| -> Option<f64> {
+        std::fs::read_to_string(part.node_dir("node1").join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    match (at("started"), at("ended")) {
+        (Some(a), Some(b)) => b - a,
+        _ => f64::NAN,
+    }
 }
 
 /// How many times a scenario whose guest kernel panicked is run again: once. A second panic of
@@ -253,20 +415,23 @@ fn record_reruns(
 struct LabArgs<'a> {
     name: &'a str,
     nodes: u32,
-    scenario: &'a str,
+    /// One, or several sharing the boot.
+    scenarios: &'a [&'a str],
     bins: &'a [&'a Path],
     files: &'a [&'a Path],
     timeout_s: u32,
 }
 
 fn run_once(root: &Path, dir: &Path, lab: &LabArgs) -> LabRun {
-    let (name, nodes, scenario) = (lab.name, lab.nodes, lab.scenario);
+    let (name, nodes) = (lab.name, lab.nodes);
+    let scenario = lab.scenarios.join(", ");
     let mut cmd = Command::new(root.join("lab").join("run"));
-    cmd.arg("--nodes")
-        .arg(nodes.to_string())
-        .arg("--scenario")
-        .arg(root.join("lab").join("scenarios").join(scenario))
-        .arg("--out")
+    cmd.arg("--nodes").arg(nodes.to_string());
+    for scenario in lab.scenarios {
+        cmd.arg("--scenario")
+            .arg(root.join("lab").join("scenarios").join(scenario));
+    }
+    cmd.arg("--out")
         .arg(dir)
         .arg("--timeout")
         .arg(lab.timeout_s.to_string());

@@ -11,12 +11,10 @@ use serde_json::Value;
 use crate::promtool;
 use crate::support::{self, LabRun};
 
-const BIN: &str = "target/release/rdma-probe-exporter";
-
 /// The scenario's run, shared by the tests of this file (one boot).
 fn lab_run() -> &'static LabRun {
     static RUN: OnceLock<LabRun> = OnceLock::new();
-    RUN.get_or_init(|| support::run("traffic", 3, "traffic.sh", &[BIN.as_ref()], 900))
+    RUN.get_or_init(|| support::run_shared(&support::MESH, "traffic.sh"))
 }
 
 fn exit_code(run: &LabRun, node: &str, name: &str) -> String {

@@ -13,8 +13,7 @@
 #  4. node loss: node3 is powered off until the first notification, then HOLD_INTERVALS more plus
 #     the longest `for:` of the alerts it must hold back;
 #  Each fault starts HOLD_INTERVALS after the previous one has cleared (its late notifications
-#  count against it); those stretches, from the moment no alert fires (cap_cleared,
-#  port_cleared) to the next fault, are clean too.
+#  count against it; cap_cleared and port_cleared say when no alert fired any more).
 #  5. node1 keeps what the test judges: the notifications, every firing alert sample of the run,
 #     the rules' health, every dashboard query run over the whole run, what each path measured
 #     (shown when a phase fails) and the phase times (its own clock, which is Prometheus's).

@@ -169,6 +169,39 @@ fn relearning_is_judged_for_the_restarted_peer_only() {
     assert!(!relearnt_within("peer=node2 connected", "node2"));
 }
 
+/// Whether a path's median rise under `netem delay 3ms` shows that delay: 3 ms ± 1 ms net of
+/// the drift of the paths that do not cross the delayed node, and 2 to 5 ms raw.
+fn shows_the_delay(rise_ms: f64, drift_ms: f64) -> bool {
+    (2.0..=4.0).contains(&(rise_ms - drift_ms)) && (2.0..=5.0).contains(&rise_ms)
+}
+
+/// Our round trip's median over ib_write_lat's on the same link, at most: a sanity bound (the
+/// two differ in kind; measured 1.04 to 1.40), not a speed goal.
+const MEDIAN_RATIO_TO_IB_WRITE_LAT_MAX: f64 = 2.5;
+
+/// Whether `probe --ping 2000` was all sent and answered: its own count of lost pings within
+/// 1%, and the answering node's count of answers (which also holds other nodes' pings) at least
+/// the probe's answered ones.
+fn rate_probe_answered(sent: f64, lost: f64, answered_by_peer: f64) -> bool {
+    sent == 2000.0 && lost <= 0.01 * sent && answered_by_peer >= sent - lost
+}
+
+#[test]
+fn the_ping_checks_fail_on_what_they_guard_against() {
+    // A 3 ms delay, with the others drifting 1 ms: seen; a raw rise of 0.5 ms made to look like
+    // 3 ms by a drift of -2.5 ms, and 5.5 ms by one of +2.5 ms: not.
+    assert!(shows_the_delay(4.0, 1.0));
+    assert!(!shows_the_delay(0.5, -2.5));
+    assert!(!shows_the_delay(5.5, 2.5));
+    assert!(!shows_the_delay(1.0, 0.0));
+    // 15% of the probe's pings unanswered, hidden before by node3's count of answers to its
+    // other peers' pings: fails; 1% passes.
+    assert!(!rate_probe_answered(2000.0, 300.0, 2100.0));
+    assert!(rate_probe_answered(2000.0, 20.0, 2080.0));
+    assert!(!rate_probe_answered(1990.0, 0.0, 2080.0));
+    assert!(!rate_probe_answered(2000.0, 0.0, 1500.0));
+}
+
 fn touches_node2(node: &str, peer: &str) -> bool {
     node == "node2" || peer == "node2"
 }
@@ -285,7 +318,7 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths_and_print_the
             if touches_node2(node, peer) {
                 let net = rise - drift;
                 check!(
-                    (2.0..=4.0).contains(&net) && (2.0..=5.0).contains(&rise),
+                    shows_the_delay(rise, drift),
                     "{node} -> {peer}: median rose {rise:.2} ms under netem delay 3ms, {net:.2} ms net of the lab's drift ({drift:.2} ms)"
                 );
                 check!(
@@ -450,7 +483,7 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths_and_print_the
     // ib_write_lat's on the same link is a ping engine that waits where it should not.
     let median_ratio = n("rtt_p50_us") / (2.0 * row[4]);
     check!(
-        median_ratio <= 2.5,
+        median_ratio <= MEDIAN_RATIO_TO_IB_WRITE_LAT_MAX,
         "probe --ping's median round trip is {median_ratio:.2} times ib_write_lat's on the same link"
     );
     // 200 pings a second on node1's link to node3: the rate of 1,000 paths pinged every 5 s.
@@ -489,7 +522,7 @@ fn pings_show_the_delay_and_loss_of_exactly_the_faulty_nodes_paths_and_print_the
     // of answers also holds node1's exporter's pings to it, so it bounds from below only.
     let lost = rate["lost"].as_f64().unwrap_or(f64::NAN);
     check!(
-        sent == 2000.0 && lost <= 0.01 * sent && answering.answered >= sent - lost,
+        rate_probe_answered(sent, lost, answering.answered),
         "probe --ping at 5ms: {rate}; node3 answered {} pings over the run",
         answering.answered
     );

@@ -3,10 +3,27 @@
 # node1 -> node2: stock ib_write_bw (500 x 64 KiB) for reference, then our probe alike three
 # times, two 8-QP bursts, and two bursts over a link losing 0.5% of node1's frames; then all three
 # nodes run the exporter (config/lab.yaml, 2 s intervals) for TRIAL_EXPORTER_SECONDS (default 60).
-# Results: each probe's bandwidth and whether it validated, the exporter's successful bursts.
+# Results: each probe's bandwidth and whether it validated, how many probes ran, the exporter's
+# successful bursts; lab/kernel-trial judges from them whether the boot's traffic ran.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
 (umask 077 && echo "bGFiLXRyaWFsLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZA==" >/tmp/psk) # config/lab.yaml: auth: {psk_file: /tmp/psk}
+
+# The exporters' config: config/lab.yaml with 2 s intervals and an 80% duty cycle, whatever values
+# it holds now. The file must hold exactly one line of each shape: another shape fails here, on
+# every node at once, rather than running the trial at the lab's own pace unnoticed.
+interval_line='^  interval: *[0-9]+[a-z]+ *$'
+duty_line='^schedule: *\{ *duty_cycle: *[0-9]+% *\} *$'
+if [ "$(grep -cE "$interval_line" /mnt/files/lab.yaml)" != 1 ] ||
+  [ "$(grep -cE "$duty_line" /mnt/files/lab.yaml)" != 1 ]; then
+  echo "kernel-trial.sh: config/lab.yaml has not one line matching '$interval_line' and one" \
+    "matching '$duty_line': update the trial's config substitution" >&2
+  exit 1
+fi
+sed -E "s/$interval_line/  interval: 2s/; s/$duty_line/schedule: {duty_cycle: 80%}/" \
+  /mnt/files/lab.yaml >/tmp/trial.yaml
+grep -qx '  interval: 2s' /tmp/trial.yaml && grep -qx 'schedule: {duty_cycle: 80%}' /tmp/trial.yaml ||
+  { echo "kernel-trial.sh: the trial's config substitution did not apply" >&2; exit 1; }
 lab_barrier booted
 lab_perftest_pair node1 node2 ref -d rxe0 -x 1 -n 500 -F --report_gbits || exit 1
 if [ "$LAB_NODE" = node1 ]; then
@@ -18,8 +35,8 @@ case $LAB_NODE in
     lab_start_responder || exit 1
     lab_signal responder-up
     lab_wait_signal node1 probes-done 600 || exit 1
-    kill -TERM $responder
-    wait $responder
+    kill -TERM "$responder"
+    wait "$responder"
     lab_result responder_exit $?
     ;;
   node1)
@@ -46,12 +63,12 @@ print("probe_%s_validated=%s" % (sys.argv[2], r.get("validated")))' "probe-$n-$t
     lab_netem loss 0.5%
     for _ in 1 2; do probe loss --messages 200 --timeout 30s; done
     lab_clear_faults
+    lab_result probes_run "$n"
     lab_signal probes-done
     ;;
 esac
 
 lab_barrier probes-over 900
-sed 's/interval: 10s/interval: 2s/; s/duty_cycle: 20%/duty_cycle: 80%/' /mnt/files/lab.yaml >/tmp/trial.yaml
 NODE_NAME=$LAB_NODE $bin run --config /tmp/trial.yaml >exporter.log 2>&1 &
 exporter=$!
 lab_barrier exporters-started

@@ -22,7 +22,9 @@ Each scenario becomes one test with checks every few intervals:
     (ALERTS{alertstate="firing"} by alertname, component, severity and location labels) are
     exactly the expected ones;
   - over the intervals since the previous check, every alert that fired at all is one some
-    fault active then explains (a wrong alert that fires for one evaluation fails the test).
+    fault active then explains (a wrong alert that fires for one evaluation fails the test);
+  - over the same intervals, every alert its fault requires then was firing at every evaluation
+    (an alert that resolves and fires again between two checks fails the test).
 The rules are the system under test; this file is the fault model and the oracle. Standard
 library only; deterministic (fixed seeds).
 """
@@ -670,8 +672,24 @@ def checks(sc):
         items.append(("span", t, prev, sorted(allowed, key=lambda a: a.sample()), []))
         exact = sorted((a for a in must if a.alertname not in unsettled), key=lambda a: a.sample())
         items.append(("exact", t, None, exact, unsettled))
+        held = due_throughout(ws, prev, t)
+        if held:
+            items.append(("held", t, prev, held, []))
         prev = t
     return items
+
+
+def due_throughout(ws, prev, t):
+    """The alerts due to fire at every evaluation of some part of [prev, t] (past their detection,
+    before their fault's end), as [(first, last, alerts)]: the exact sets at prev and t cannot see
+    an alert that resolves and fires again between them."""
+    spans = {}
+    for alert, start, end, detect, resolve in ws:
+        first, last = max(prev, start + detect), min(t, end - 1)
+        if last > first:
+            spans.setdefault((first, last), set()).add(alert)
+    return [(first, last, sorted(alerts, key=lambda a: a.sample()))
+            for (first, last), alerts in sorted(spans.items())]
 
 
 def render_test(sc, rules):
@@ -693,6 +711,11 @@ def render_test(sc, rules):
             for a in alerts:
                 lines.append(f"          - labels: '{a.sample()}'")
                 lines.append("            value: 1")
+        elif kind == "held":
+            lines.append(f"      # the alerts due in [{prev}m, {t}m] fired at every evaluation")
+            lines.append("      - expr: '" + held_query(alerts, t) + "'")
+            lines.append(f"        eval_time: {t}m")
+            lines.append("        exp_samples: []")
         else:
             lines.append(f"      # nothing unexplained fired in ({prev}m, {t}m]")
             lines.append("      - expr: '" + span_query(alerts, max(t - prev, 1)) + "'")
@@ -738,6 +761,21 @@ def span_query(alerts, span):
     if not alerts:
         return q
     return f"{q} unless ({' or '.join(constant(a) for a in alerts)})"
+
+
+def held_query(spans, t):
+    """At minute `t`, the alerts of `spans` ((first, last, alerts): due to fire at every evaluation
+    from minute `first` to `last`) that were not firing at one of those evaluations, as 0 (the
+    alert's constant fills in where ALERTS has no sample; an alert firing counts 1 or more, so
+    the others never show). Each evaluation is a point of a 1m subquery; Prometheus 3, whose
+    ranges leave their start out, would skip only the one at `first`."""
+    terms = []
+    for first, last, alerts in spans:
+        due = " or ".join(constant(a) for a in alerts)
+        firing = f'{MARK} (ALERTS{{alertstate="firing"}}) or ({due}) * 0'
+        offset = f" offset {t - last}m" if t > last else ""
+        terms.append(f"min_over_time(({firing})[{last - first}m:1m]{offset})")
+    return f"({' or '.join(terms)}) == 0"
 
 
 # ----------------------------------------------------------------------------- scenarios
@@ -786,6 +824,17 @@ def scenarios():
                       events=[("slow", "t0n0", 18, 20, "t0n1", 1)], timeouts_hold=True))
     s.append(Scenario("a port down fires one RdmaProbePortDown", SAMPLED, 100,
                       [Fault("port_down", 20, 60, node="t0n1", rail=0)]))
+    # What the held checks see and the exact sets cannot: the port is up at 41m and 42m, so its
+    # alert resolves and fires again between the checks at 40m and 45m, firing at both; the held
+    # check's query for [40m, 45m] names it.
+    down = port_alert("RdmaProbePortDown", "t0n2", 0)
+    firing = f'{MARK} (ALERTS{{alertstate="firing",alertname="RdmaProbePortDown"}})'
+    s.append(Scenario("a port up for two intervals between two checks: its RdmaProbePortDown, "
+                      "firing at both checks, is seen resolving between them", MESH, 60,
+                      [Fault("port_down", 20, 41, node="t0n2", rail=0),
+                       Fault("port_down", 43, 50, node="t0n2", rail=0)],
+                      records=[(firing, 40, [(down.sample(), 1)]), (firing, 45, [(down.sample(), 1)]),
+                               (held_query([(40, 45, [down])], 45), 45, [(down.sample(), 0)])]))
     # As in the lab: the rate cap also drops some of the port's pings, and its bursts name it first.
     s.append(Scenario("a slow port (a rate cap that also drops a tenth of its pings) fires one "
                       "RdmaProbePortDegraded, no RdmaProbePortPacketLoss", MESH, 80,

@@ -108,7 +108,7 @@ fn shipped_lab_config_parses() {
         assert_eq!(skipped, [node]);
         assert_eq!(c.active_peers().count(), 2);
         let p = c.active_peers().next().unwrap().probe();
-        assert_eq!(p.interval(), Duration::from_secs(10));
+        assert_eq!(p.interval(), Duration::from_secs(5));
         assert_eq!(p.rate_limit(), Some(RateLimit::BitsPerSecond(20e6)));
         assert_eq!(p.qp_timeout(), 17);
         assert_eq!(
@@ -864,7 +864,7 @@ fn render_shows_the_resolved_config() {
         "peers: 3 (2 probed, 1 skipped",
         "  node2 192.0.2.12:18516 skipped: itself",
         "  node1 192.0.2.11:18516 mode exporter",
-        "interval=10s jitter=10% message_size=64KiB burst={duration: 500ms} rate_limit=20Mbps",
+        "interval=5s jitter=10% message_size=64KiB burst={duration: 250ms} rate_limit=20Mbps",
         "cq_mod=auto(1)",
         "qp_timeout=17",
     ] {

@@ -37,11 +37,13 @@ use thiserror::Error;
 
 use crate::schedule::{
     fit_plans, seed_from_name, Layout, LocalDevice, PathIndex, PathPlan, Role, ScheduleConfig,
-    ScheduleKey, Selected, SelectionConfig, Selector,
+    ScheduleKey, Scheduler, Selected, SelectionConfig, Selector,
 };
 use accounts::Accounts;
 use rail::RailSim;
 pub use report::{GapFigures, NodeFigures, Report, Summary};
+use stats::SameGroupWaits;
+pub use stats::Wait;
 
 /// Device time of a `busy` answer: the control round trip that asked for the burst.
 pub const BUSY_ANSWER: Duration = Duration::from_millis(1);
@@ -278,6 +280,34 @@ fn longest_fixed_plan(plans: &[PathPlan<SimKey>], selected: &[Selected<SimKey>])
         .filter(|(_, s)| s.role != Role::Sampled)
         .max_by_key(|(plan, _)| plan.interval)
         .map(|(plan, _)| plan.key)
+}
+
+/// Notes in `waits` when each same-group path of node `n`'s device on `rail` is next planned,
+/// for those in `sched` that have no planned time noted and no burst running (at the start,
+/// and where a group's paths rotate), and forgets those that left it.
+fn plan_same_group(
+    sched: &Scheduler<SimKey>,
+    waits: &mut SameGroupWaits,
+    rail: u16,
+    n: usize,
+    ctx: &SimContext,
+) {
+    let per_group = ctx.config.nodes_per_group;
+    let first = n / per_group * per_group;
+    let members = (first..ctx.config.nodes.min(first + per_group)).filter(|peer| *peer != n);
+    for peer in members {
+        let key = SimKey {
+            rail,
+            peer: peer as u32,
+        };
+        match sched.path_status(&key) {
+            None => waits.planned(peer % per_group, None),
+            Some(st) if !st.running && !waits.is_planned(peer % per_group) => {
+                waits.planned(peer % per_group, Some(nanos(st.next_due)));
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 /// A node's paths on one rail for a round.
@@ -547,6 +577,11 @@ impl<'a> Sim<'a> {
             coverage,
             nodes,
             gaps,
+            rails
+                .iter()
+                .map(RailSim::longest_wait)
+                .max()
+                .unwrap_or_default(),
             rails.iter().map(|r| r.peak_aimed).max().unwrap_or(0),
             rails.iter().map(|r| r.attempts).sum(),
             rails.iter().map(|r| r.busy).sum(),

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use crate::schedule::{Dispatch, Outcome, PathPlan, Rotation, Scheduler};
 
-use super::stats::RailGaps;
+use super::stats::{RailGaps, SameGroupWaits, Wait};
 use super::{
-    fitted_plans, longest_fixed_plan, nanos, RailSelection, SimContext, SimKey, SimulateError,
-    BUSY_ANSWER,
+    fitted_plans, longest_fixed_plan, nanos, plan_same_group, RailSelection, SimContext, SimKey,
+    SimulateError, BUSY_ANSWER,
 };
 
 /// A probe (or `busy` answer) started by a node on this rail, for its accounts.
@@ -62,6 +62,8 @@ struct Device {
     /// Paths in its set, and its measured duty cycle, at the last round (or the end).
     paths: usize,
     duty: f64,
+    /// Its same-group paths' waits past their planned times.
+    waits: SameGroupWaits,
 }
 
 /// A responder device: the end of the burst it serves (ns), and how many probers aimed at it
@@ -118,6 +120,7 @@ impl RailSim {
                 wake: u64::MAX,
                 paths: 0,
                 duty: 0.0,
+                waits: SameGroupWaits::new(ctx.config.nodes_per_group),
             });
         }
         Ok(RailSim {
@@ -153,6 +156,7 @@ impl RailSim {
         dev.sched
             .set_paths(plans, Duration::ZERO)
             .map_err(|e| SimulateError::Schedule(e.to_string()))?;
+        plan_same_group(&dev.sched, &mut dev.waits, self.rail, n, ctx);
         let wake = self.next_wake(n, 0);
         self.devices[n].wake = wake;
         // The longest interval a fixed path gets, stretched by the scheduler if it must.
@@ -217,6 +221,11 @@ impl RailSim {
         if !done.busy && done.sampled {
             dev.rotation.probed(&key);
         }
+        let peer = done.peer as usize;
+        if !done.busy && ctx.same_group(n, peer) {
+            let due = dev.sched.path_status(&key).map(|st| nanos(st.next_due));
+            dev.waits.planned(peer % ctx.config.nodes_per_group, due);
+        }
     }
 
     fn poll(&mut self, n: usize, t: u64, ctx: &SimContext) {
@@ -249,6 +258,9 @@ impl RailSim {
         self.peak_aimed = self.peak_aimed.max(responder.aimed);
         if !busy {
             self.gaps.record(n, peer, now);
+        }
+        if ctx.same_group(n, peer) {
+            (self.devices[n].waits).tried(peer % ctx.config.nodes_per_group, now, busy);
         }
         self.log.push(Probe {
             at: now,
@@ -338,7 +350,11 @@ impl RailSim {
         }
         dev.sched
             .update_paths(&removed, upsert, t)
-            .map_err(|e| SimulateError::Schedule(e.to_string()))
+            .map_err(|e| SimulateError::Schedule(e.to_string()))?;
+        if selection.fixed.is_some() {
+            plan_same_group(&dev.sched, &mut dev.waits, self.rail, n, ctx);
+        }
+        Ok(())
     }
 
     /// Keeps what node `n`'s device shows at `t` for the node's sample: its paths and its
@@ -357,7 +373,16 @@ impl RailSim {
         for n in 0..self.devices.len() {
             self.complete(n, t, ctx);
             self.note_figures(n, Duration::from_nanos(t));
+            self.devices[n].waits.finish(t);
         }
+    }
+
+    /// The longest wait of a same-group probe of this rail past its planned time.
+    pub fn longest_wait(&self) -> Wait {
+        (self.devices.iter())
+            .map(|d| d.waits.longest)
+            .max()
+            .unwrap_or_default()
     }
 
     /// Sorts this chunk's probes by node (each node's in time order, as they were logged), for

@@ -13,10 +13,10 @@ use std::time::Duration;
 use crate::metrics::budget::{PathSeries, SeriesBudget};
 use crate::schedule::{Outcome, PathPlan, Rotation, Scheduler};
 
-use super::stats::{gap_figures, path_id, path_of, NodeStats, RailGaps};
+use super::stats::{gap_figures, path_id, path_of, NodeStats, RailGaps, SameGroupWaits};
 use super::{
-    fitted_plans, longest_fixed_plan, nanos, node_selection, setup, times, Report, SimContext,
-    SimKey, SimulationConfig, BUSY_ANSWER,
+    fitted_plans, longest_fixed_plan, nanos, node_selection, plan_same_group, setup, times, Report,
+    SimContext, SimKey, SimulationConfig, BUSY_ANSWER,
 };
 
 /// A burst (or `busy` answer) a device runs. Times in nanoseconds of virtual time.
@@ -39,6 +39,8 @@ struct Device {
     /// Its paths and measured duty cycle at the last round (or the end).
     paths: usize,
     duty: f64,
+    /// Its same-group paths' waits past their planned times.
+    waits: SameGroupWaits,
 }
 
 /// A node's `/metrics` and figures.
@@ -87,6 +89,7 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
                     bursts: 0,
                     paths: 0,
                     duty: 0.0,
+                    waits: SameGroupWaits::new(config.nodes_per_group),
                 })
                 .collect()
         })
@@ -126,6 +129,7 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
             dev.sched
                 .set_paths(plans, Duration::ZERO)
                 .expect("valid plans");
+            plan_same_group(&dev.sched, &mut dev.waits, r as u16, n, &c.ctx);
             let planned = longest
                 .and_then(|k| dev.sched.path_status(&k))
                 .map(|st| st.effective_interval)
@@ -192,6 +196,7 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
             let dev = &mut c.devices[usize::from(r)][n];
             dev.paths = dev.sched.len();
             dev.duty = (dev.sched.device_stats(&r, t)).map_or(0.0, |s| s.duty_cycle_used);
+            dev.waits.finish(end);
         }
     }
     let mut figures = Vec::new();
@@ -216,6 +221,10 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
         selectors[0].coverage(),
         figures,
         gap_figures(&c.gaps, config, t),
+        (c.devices.iter().flatten())
+            .map(|d| d.waits.longest)
+            .max()
+            .unwrap_or_default(),
         c.peak_aimed,
         c.attempts,
         c.busy,
@@ -244,6 +253,12 @@ impl Cluster<'_> {
             .completed(&key, outcome, Duration::from_nanos(done.end));
         if !done.busy && done.sampled {
             dev.rotation.probed(&key);
+        }
+        let peer = done.peer as usize;
+        if !done.busy && self.ctx.same_group(n, peer) {
+            let due = dev.sched.path_status(&key).map(|st| nanos(st.next_due));
+            dev.waits
+                .planned(peer % self.ctx.config.nodes_per_group, due);
         }
     }
 
@@ -279,6 +294,9 @@ impl Cluster<'_> {
                 busy,
             });
             let dev = &mut self.devices[usize::from(r)][n];
+            if self.ctx.same_group(n, peer) {
+                dev.waits.tried(peer % config.nodes_per_group, now, busy);
+            }
             dev.bursts += u64::from(!busy);
             dev.burst = Some(Burst {
                 end: now + hold,
@@ -338,6 +356,9 @@ impl Cluster<'_> {
         dev.sched
             .update_paths(&removed, upsert, Duration::from_nanos(t))
             .expect("valid plans");
+        if selection.fixed.is_some() {
+            plan_same_group(&dev.sched, &mut dev.waits, r, n, &self.ctx);
+        }
     }
 
     /// The probes' series, node by node, each node's in the order given.

@@ -107,6 +107,89 @@ impl NodeStats {
     }
 }
 
+/// How long a same-group probe waited past the time its plan gave it (ns): before its first
+/// try (its device busy with its other bursts, or its budget gate closed), then after `busy`
+/// answers until a responder served it. The plan bounds a path's interval; this comes on top.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Wait {
+    pub total: u64,
+    pub before_first_try: u64,
+    pub after_busy: u64,
+    pub busy_answers: u32,
+}
+
+/// The paths of one device to the members of its node's group: when each one's next probe is
+/// planned, and its tries since; the longest wait so far.
+#[derive(Debug, Clone)]
+pub(super) struct SameGroupWaits {
+    /// Per member (`peer % nodes_per_group`): (planned, first try, busy answers since), times
+    /// in ns, [`UNKNOWN`] for none.
+    paths: Vec<(u64, u64, u32)>,
+    pub longest: Wait,
+}
+
+/// No planned time (the path is not in the set, or its burst runs) or no try yet.
+const UNKNOWN: u64 = u64::MAX;
+
+impl SameGroupWaits {
+    pub fn new(nodes_per_group: usize) -> Self {
+        SameGroupWaits {
+            paths: vec![(UNKNOWN, UNKNOWN, 0); nodes_per_group],
+            longest: Wait::default(),
+        }
+    }
+
+    /// The path to `member` is next planned at `due` (ns; `None`: it left the set).
+    pub fn planned(&mut self, member: usize, due: Option<u64>) {
+        self.paths[member] = (due.unwrap_or(UNKNOWN), UNKNOWN, 0);
+    }
+
+    /// Whether the path to `member` has a planned time.
+    pub fn is_planned(&self, member: usize) -> bool {
+        self.paths[member].0 != UNKNOWN
+    }
+
+    /// The path to `member` was tried at `t` (ns): answered `busy`, or served (its wait ends;
+    /// its next planned time comes when the burst is over).
+    pub fn tried(&mut self, member: usize, t: u64, busy: bool) {
+        let (planned, first_try, busy_answers) = &mut self.paths[member];
+        if *first_try == UNKNOWN {
+            *first_try = t;
+        }
+        if busy {
+            *busy_answers += 1;
+            return;
+        }
+        if *planned != UNKNOWN {
+            self.longest = self
+                .longest
+                .max(wait(*planned, *first_try, *busy_answers, t));
+        }
+        self.paths[member] = (UNKNOWN, UNKNOWN, 0);
+    }
+
+    /// At the end `end` (ns): the waits still running count up to it.
+    pub fn finish(&mut self, end: u64) {
+        for &(planned, first_try, busy_answers) in &self.paths {
+            if planned < end {
+                let first_try = first_try.min(end);
+                self.longest = self
+                    .longest
+                    .max(wait(planned, first_try, busy_answers, end));
+            }
+        }
+    }
+}
+
+fn wait(planned: u64, first_try: u64, busy_answers: u32, until: u64) -> Wait {
+    Wait {
+        total: until.saturating_sub(planned),
+        before_first_try: first_try.saturating_sub(planned),
+        after_busy: until.saturating_sub(first_try),
+        busy_answers,
+    }
+}
+
 /// Gaps of one rail across the cluster: per ordered group pair, and per path when tracked.
 pub(super) struct RailGaps {
     rail: u16,

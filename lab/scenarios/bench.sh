@@ -7,7 +7,7 @@
 #     limit at low rates: lab/README.md, "Measured here, relied on elsewhere") at 25% and 50% of the link's measured bandwidth, same bytes,
 #     with the CPU each spends in Soft-RoCE's doorbell writes (NIC emulation) measured alike;
 #  5. the exporter's own cost, one exporter on node1 probing 10 paths (node2's responders on
-#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 100;
+#     ports 18516..18525; 500 ms bursts at 20 Mb/s or a quarter of the link): scrape latency of BENCH_SCRAPES (default 50;
 #     scripts/bench: 200) scrapes with no burst
 #     running, then as many while bursts run back to back, same exporter; then its CPU per
 #     thread (burst thread, runtime workers, blocking pool) over BENCH_IDLE_SECONDS (default 10,
@@ -16,9 +16,9 @@
 # node2 serves (our responders, and a fresh ib_write_bw server per perftest run); node1 measures.
 bin=rdma-probe-exporter
 # The defaults are the short run of scripts/test; scripts/bench passes its own.
-N=${BENCH_MESSAGES:-500}
+N=${BENCH_MESSAGES:-250}
 ROUNDS=${BENCH_ROUNDS:-2}
-SCRAPES=${BENCH_SCRAPES:-100}
+SCRAPES=${BENCH_SCRAPES:-50}
 IDLE_SECONDS=${BENCH_IDLE_SECONDS:-10}
 (umask 077 && echo "bGFiLXBzay0wMTIzNDU2Nzg5YWJjZGVmLXBhZGRlZC1wYWRkZWQ=" >/tmp/psk)
 TIMEFORMAT='%U %S'

@@ -179,10 +179,7 @@ fn assert_exporter_cost(results: &BTreeMap<String, String>) {
 fn the_exporter_cost_check_refuses_idle_scrapes_beside_a_burst() {
     let good: BTreeMap<String, String> = [
         ("cost_paths", "10"),
-        (
-            "scrape_idle",
-            "n=50 p50_ms=10.00 p99_ms=20.00 max_ms=30.00",
-        ),
+        ("scrape_idle", "n=50 p50_ms=10.00 p99_ms=20.00 max_ms=30.00"),
         (
             "scrape_bursts",
             "n=50 p50_ms=11.00 p99_ms=25.00 max_ms=40.00",

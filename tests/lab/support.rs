@@ -170,7 +170,7 @@ fn run_lab(lab: &LabArgs) -> LabRun {
 
 /// Scenarios that share one boot of the lab: `lab/run` runs them one after another on the same
 /// VMs (resetting every node between two: lab/guest/node.sh), each in its own part of the run
-/// directory, laid out as a run of its own. A boot takes a minute or so of emulation; the
+/// directory, laid out as a run of its own. A boot takes 10-60 s of emulation (by load); the
 /// scenarios of a test run share a few. Only the last may stop a node.
 pub struct SharedBoot {
     pub name: &'static str,

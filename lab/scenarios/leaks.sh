@@ -34,9 +34,18 @@ process() {
   echo "fds=$fewest threads=$2 rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
 }
 threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
-# burst_threads PID: its devices' burst threads (one a device once it has probed, kept while the
-# device is configured).
-burst_threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cx rdma-burst; }
+# thread_names PID: the name of each of its threads, a line each, read in one pass (a count of
+# all threads and a count of burst threads read apart would disagree on a thread started or
+# ended between the two reads).
+thread_names() { cat /proc/"$1"/task/*/comm 2>/dev/null; }
+# burst_threads PID: its devices' burst threads (one a device, started when the device is
+# opened and kept while it is configured).
+burst_threads() { thread_names "$1" | grep -cx rdma-burst; }
+# other_threads PID: its threads besides its burst threads, from one read.
+other_threads() { thread_names "$1" | grep -cvx rdma-burst; }
+# named_threads PID: how many threads of each name, "name=N,..." (the results say which thread
+# a count gained or lost).
+named_threads() { thread_names "$1" | sort | uniq -c | awk '{printf "%s%s=%s", sep, $2, $1; sep = ","}'; }
 # idle_threads PID SECONDS [STOP_AT]: the fewest threads PID has besides its burst threads over
 # SECONDS, sampled every half second (stopping early once at STOP_AT or fewer), while it has
 # nothing to probe. Threads are counted idle because the runtime's blocking pool (bursts,
@@ -47,10 +56,10 @@ burst_threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cx rdma-burst; 
 # one is the runtime's own threads and whatever leaked.
 idle_threads() {
   local fewest now t0=$SECONDS
-  fewest=$(($(threads "$1") - $(burst_threads "$1")))
+  fewest=$(other_threads "$1")
   while [ $((SECONDS - t0)) -lt "$2" ] && { [ -z "${3:-}" ] || [ "$fewest" -gt "$3" ]; }; do
     sleep 0.5
-    now=$(($(threads "$1") - $(burst_threads "$1")))
+    now=$(other_threads "$1")
     [ "$now" -lt "$fewest" ] && fewest=$now
   done
   echo "$fewest"
@@ -102,8 +111,12 @@ EOF
     $bin run --config /tmp/leaks.yaml >exporter.log 2>&1 &
     pid=$!
     lab_wait_listening 9587 || { cat exporter.log; exit 1; }
+    # Its port is bound before its devices are opened: a first scrape answered means the
+    # ping and burst threads are started, so the count below is not taken before them.
+    curl -sS --max-time 60 -o /dev/null "$url" || { cat exporter.log; exit 1; }
     # The first port report runs at the start: its thread goes 10 s after it.
     idle_before=$(idle_threads $pid 20)
+    lab_result idle_thread_names_at_baseline "$(named_threads $pid)"
     cp /tmp/leaks-probing.yaml /tmp/leaks.yaml
     kill -HUP $pid
     series() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"node2\",peer_device=\"rxe0\",result=\"$1\"}"; }
@@ -156,6 +169,7 @@ EOF
     kill -HUP $pid
     # The bursts' threads go 10 s after the last burst; a port report may keep one 10 s more.
     idle_after=$(idle_threads $pid 45 "$idle_before")
+    lab_result idle_thread_names_at_end "$(named_threads $pid)"
     lab_result end "${end_resources/threads=@/threads=$idle_after} burst_threads=$(burst_threads $pid)"
     lab_signal done
     kill -TERM $pid

@@ -86,8 +86,10 @@ fn assert_faults_handled_without_leaks(run: &support::LabRun, successes: u64, fa
     // after the last (the scenario's `idle_threads`): a busy exporter's blocking pool keeps a
     // thread for every job that ever overlapped another, so its count under load is history,
     // not a leak. A thread that never ends (stuck in a verbs call, say) is still counted. The
-    // device's burst thread, started by its first probe and kept while it is configured, is
-    // counted apart: one, not one a session.
+    // device's burst thread, started when the device is opened and kept while it is
+    // configured, is counted apart (from the same read of the thread names, so a thread
+    // starting between two reads cannot shift the count): one, not one a session. The names
+    // of the threads counted are in the results (`idle_thread_names_at_*`).
     for resource in ["pd", "cq", "qp", "mr", "ctx", "fds", "threads"] {
         let (before, after) = (baseline.get(resource), end.get(resource));
         assert!(

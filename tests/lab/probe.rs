@@ -58,7 +58,12 @@ fn probe_between_two_nodes() {
     );
 
     // Paced at 40% of the bandwidth the first burst measured (so the pacer, not the link, sets
-    // the rate on any machine), over a burst of at least 3 s (~8 s planned), within 2%.
+    // the rate on any machine), over a burst of at least 3 s (~8 s planned): never more than 2%
+    // over the limit, and at most 4% under it. The pacer does not catch up after a stall longer
+    // than its allowance (1 ms; docs/architecture.md, "Pacing and waiting"), so every time the
+    // emulated node is not scheduled costs rate: a CI run lost 2.5% that way (427 messages of
+    // 438 in 8.2 s, with a 74 ms gap between completions). Over the limit is what the pacer
+    // must never do; its arithmetic is exact in the unit tests (burst::pacing).
     let paced = json(&run, "node1", "paced.json");
     assert_eq!(exit_code(&run, "paced"), "0", "{paced}");
     assert_eq!(paced["validated"], true, "{paced}");
@@ -79,8 +84,8 @@ fn probe_between_two_nodes() {
         error * 100.0
     );
     assert!(
-        error.abs() <= 0.02,
-        "pacing error {:.2}%: {paced}",
+        (-0.04..=0.02).contains(&error),
+        "pacing error {:.2}% (allowed -4% to +2%): {paced}",
         error * 100.0
     );
 

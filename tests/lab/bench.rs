@@ -35,6 +35,72 @@ fn assert_within_failed_tries(results: &BTreeMap<String, String>, tries: &str) {
     );
 }
 
+/// The `name=number` fields of a result line (or the line itself, when it is one number) that
+/// are not a positive figure: a side of a ratio that measured nothing.
+fn zero_figures(line: &str) -> Vec<String> {
+    let fields: Vec<(&str, &str)> = line
+        .split_whitespace()
+        .map(|f| f.split_once('=').unwrap_or(("", f)))
+        .collect();
+    fields
+        .into_iter()
+        .filter(|(name, value)| {
+            // Only figures: `limit 0.0075 Gb/s:` and other words are not.
+            let number = value.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%');
+            number.parse::<f64>().is_ok_and(|v| v <= 0.0) && !name.ends_with("error_pct")
+        })
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect()
+}
+
+/// The numbers written before "Gb/s" in a sentence.
+fn bandwidths(line: &str) -> Vec<&str> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[1].starts_with("Gb/s"))
+        .map(|w| w[0])
+        .collect()
+}
+
+/// A count in the results, at most `max`.
+fn assert_within(results: &BTreeMap<String, String>, key: &str, max: u64) {
+    let n: u64 = results
+        .get(key)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key}: {results:?}"));
+    assert!(n <= max, "{key}={n}, at most {max}: {results:?}");
+}
+
+#[test]
+fn a_figure_that_measured_nothing_fails_the_benchmark() {
+    // ib_write_bw reported 0.000000 Gb/s for a round in a CI run, and the old check (no "=0 "
+    // in the line) let it through, halving the link the later limits are fractions of.
+    assert_eq!(
+        zero_figures("perftest=0.000000 ours=0.076734 ratio=0.000"),
+        ["perftest=0.000000", "ratio=0.000"]
+    );
+    assert!(zero_figures("perftest=0.060024 ours=0.079754 ratio=1.329").is_empty());
+    assert_eq!(zero_figures("0"), ["=0"]);
+    assert!(zero_figures("0.030012").is_empty());
+    assert!(zero_figures("38.133ms 23.049ms 20.850ms 27.374ms 11.267ms").is_empty());
+    assert_eq!(zero_figures("38.133ms 0ms"), ["=0ms"]);
+    // A pacing error of 0 is a perfect figure, not a missing one.
+    assert!(zero_figures("limit_mbps=3.0 achieved_gbps=0.002990 error_pct=0.000").is_empty());
+    assert_eq!(
+        zero_figures("limit_mbps=3.0 achieved_gbps=0.000000 error_pct=-100.000"),
+        ["achieved_gbps=0.000000"]
+    );
+    let cpu = "limit 0.0075 Gb/s: ib_write_bw 0.0000 Gb/s (err -100.00%) cpu 0.00 s, 0.00 s of \
+               it in 250 doorbells | ours 0.0075 Gb/s (err -0.08%) cpu 4.24 s";
+    assert_eq!(bandwidths(cpu), ["0.0075", "0.0000", "0.0075"]);
+    assert_eq!(zero_figures(&bandwidths(cpu).join(" ")), ["=0.0000"]);
+    let results: BTreeMap<String, String> =
+        [("perftest_failed_tries".to_owned(), "2".to_owned())].into();
+    assert!(support::panics(|| assert_within(&results, "perftest_failed_tries", 1)));
+    assert!(support::panics(|| assert_within(&BTreeMap::new(), "perftest_failed_tries", 1)));
+}
+
 #[test]
 fn failed_tries_beyond_one_fail_the_benchmark() {
     let results = |tries: &str, failures: &str| -> BTreeMap<String, String> {
@@ -70,7 +136,10 @@ fn benchmark_prints_side_by_side_figures() {
     eprintln!("---- benchmark ----\n{}", run.log("node1"));
     for key in [
         "bw_round_1",
+        "bw_round_2",
+        "link_gbps",
         "pacing_10",
+        "pacing_25",
         "pacing_50",
         "warm",
         "cpu_25",
@@ -79,9 +148,24 @@ fn benchmark_prints_side_by_side_figures() {
         let value = results
             .get(key)
             .unwrap_or_else(|| panic!("no {key}: {results:?}"));
-        assert!(!value.is_empty() && !value.contains("=0 "), "{key}={value}");
+        assert!(!value.is_empty(), "{key} is empty");
+        // The CPU lines' figures are sentences: their bandwidths (the number before each
+        // "Gb/s") are what a broken run zeroes; small CPU shares may print as 0.00.
+        let zeros = if key.starts_with("cpu_") {
+            zero_figures(&bandwidths(value).join(" "))
+        } else {
+            zero_figures(value)
+        };
+        assert!(
+            zeros.is_empty(),
+            "{key}={value}: no figure measured for {zeros:?}\n{}",
+            run.file("node1", "perftest-failed-tries")
+        );
     }
     assert_eq!(results["warm"].split_whitespace().count(), 5, "{results:?}");
+    // ib_write_bw, like our probe, is rerun once when a run reports no bandwidth, and at most
+    // once in the benchmark.
+    assert_within(&results, "perftest_failed_tries", 1);
     // Every probe of ours succeeded (a failed one is retried once; the failed tries are shown),
     // and at most one try of the run's 10 probes failed: the rerun is for Soft-RoCE's rare
     // stall under emulation, not for a probe that stalls often.

@@ -298,12 +298,20 @@ fn path_history(run: &LabRun, (from, to): (f64, f64)) -> String {
 /// The first time within [from, to) that Prometheus evaluated `alert` as firing, from every
 /// firing sample of the run (alerts-firing.json): with the notification's time, it tells the
 /// rules' part of the delay (probes, `for:`) from Alertmanager's (group_wait).
-fn first_firing(firing: &Value, alert: &str, (from, to): (f64, f64)) -> Option<f64> {
+fn first_firing(firing: &Value, alert: &str, within: (f64, f64)) -> Option<f64> {
     firing["data"]["result"]
         .as_array()?
         .iter()
         .filter(|s| s["metric"]["alertname"] == alert)
-        .flat_map(|s| s["values"].as_array().into_iter().flatten())
+        .filter_map(|s| first_sample_within(s, within))
+        .reduce(f64::min)
+}
+
+/// The first time one series of a range query has a sample within [from, to).
+fn first_sample_within(series: &Value, (from, to): (f64, f64)) -> Option<f64> {
+    series["values"]
+        .as_array()?
+        .iter()
         .filter_map(|p| p[0].as_f64())
         .filter(|t| (from..to).contains(t))
         .reduce(f64::min)
@@ -311,17 +319,10 @@ fn first_firing(firing: &Value, alert: &str, (from, to): (f64, f64)) -> Option<f
 
 /// Every alert Prometheus evaluated as firing within [from, to), with its first such time, from
 /// every firing sample of the run (alerts-firing.json).
-fn fired_within(firing: &Value, (from, to): (f64, f64)) -> Vec<(String, f64)> {
+fn fired_within(firing: &Value, within: (f64, f64)) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = Vec::new();
     for series in firing["data"]["result"].as_array().into_iter().flatten() {
-        let first = series["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p[0].as_f64())
-            .filter(|t| (from..to).contains(t))
-            .reduce(f64::min);
-        if let Some(t) = first {
+        if let Some(t) = first_sample_within(series, within) {
             let m = &series["metric"];
             let name = |k: &str| m[k].as_str().unwrap_or("").to_owned();
             out.push((

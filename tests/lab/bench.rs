@@ -97,8 +97,16 @@ fn a_figure_that_measured_nothing_fails_the_benchmark() {
     assert_eq!(zero_figures(&bandwidths(cpu).join(" ")), ["=0.0000"]);
     let results: BTreeMap<String, String> =
         [("perftest_failed_tries".to_owned(), "2".to_owned())].into();
-    assert!(support::panics(|| assert_within(&results, "perftest_failed_tries", 1)));
-    assert!(support::panics(|| assert_within(&BTreeMap::new(), "perftest_failed_tries", 1)));
+    assert!(support::panics(|| assert_within(
+        &results,
+        "perftest_failed_tries",
+        1
+    )));
+    assert!(support::panics(|| assert_within(
+        &BTreeMap::new(),
+        "perftest_failed_tries",
+        1
+    )));
 }
 
 #[test]

@@ -620,60 +620,31 @@ fn one_fault_must_send_exactly_one_notification_naming_it() {
         .to_string()
     };
     let port = named("RdmaProbePortFailing", "port", "node3", "rxe0");
+    // The window [from, 500) at a 10 s interval.
+    let judge = |sent: &[Notification], from: f64, want: Option<Named>| {
+        assert_one_notification(sent, "t", (from, 500.0), want, 10.0, &|_| String::new())
+    };
+    let refused = |sent: &[Notification], from: f64, want: Option<Named>| {
+        support::panics(|| judge(sent, from, want))
+    };
     let log = [
         line(100.0, "firing", "RdmaProbePortFailing", "node3", "fine"),
         line(400.0, "resolved", "RdmaProbePortFailing", "node3", "fine"),
     ]
     .join("\n");
     let sent = notifications(&log);
-    let history = |_| String::new();
     assert_eq!(sent.len(), 1, "a resolved notification is not a firing one");
-    assert_one_notification(
-        &sent,
-        "t",
-        (50.0, 500.0),
-        Some(port.clone()),
-        10.0,
-        &history,
-    );
-    assert!(support::panics(|| assert_one_notification(
-        &sent,
-        "t",
-        (150.0, 500.0),
-        Some(port.clone()),
-        10.0,
-        &history
-    )));
-    assert!(support::panics(|| assert_one_notification(
-        &sent,
-        "t",
-        (50.0, 500.0),
-        None,
-        10.0,
-        &history
-    )));
+    judge(&sent, 50.0, Some(port.clone()));
+    assert!(refused(&sent, 150.0, Some(port.clone())));
+    assert!(refused(&sent, 50.0, None));
     let other = named("RdmaProbePortFailing", "port", "node2", "rxe0");
-    assert!(support::panics(|| assert_one_notification(
-        &sent,
-        "t",
-        (50.0, 500.0),
-        Some(other),
-        10.0,
-        &history
-    )));
+    assert!(refused(&sent, 50.0, Some(other)));
     let twice = [
         line(100.0, "firing", "RdmaProbePortFailing", "node3", "fine"),
         line(130.0, "firing", "RdmaProbePathFailing", "node1", "fine"),
     ]
     .join("\n");
-    assert!(support::panics(|| assert_one_notification(
-        &notifications(&twice),
-        "t",
-        (50.0, 500.0),
-        Some(port),
-        10.0,
-        &history
-    )));
+    assert!(refused(&notifications(&twice), 50.0, Some(port.clone())));
     // The exporter's stretched intervals beside the port's notification, within the fault:
     // explained; alone, or outside the fault, they are not the port's notification.
     let exporter_line = |t: f64| {
@@ -690,32 +661,22 @@ fn one_fault_must_send_exactly_one_notification_naming_it() {
     ]
     .join("\n");
     let stretched = notifications(&stretched);
-    let port = named("RdmaProbePortFailing", "port", "node3", "rxe0");
-    assert_one_notification(
+    judge(
         &explained_by_timeouts(&stretched, (50.0, 500.0)),
-        "t",
-        (50.0, 500.0),
+        50.0,
         Some(port.clone()),
-        10.0,
-        &history,
     );
-    assert!(support::panics(|| assert_one_notification(
+    assert!(refused(
         &explained_by_timeouts(&stretched, (120.0, 125.0)),
-        "t",
-        (50.0, 500.0),
-        Some(port.clone()),
-        10.0,
-        &history
-    )));
+        50.0,
+        Some(port.clone())
+    ));
     let alone = notifications(&exporter_line(130.0));
-    assert!(support::panics(|| assert_one_notification(
+    assert!(refused(
         &explained_by_timeouts(&alone, (50.0, 500.0)),
-        "t",
-        (50.0, 500.0),
-        Some(port.clone()),
-        10.0,
-        &history
-    )));
+        50.0,
+        Some(port)
+    ));
     let broken = line(100.0, "firing", "A", "n", "<error expanding template: x>");
     assert!(support::panics(|| {
         notifications(&broken);

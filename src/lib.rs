@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod exporter;
 pub mod flow;
 pub mod http;
+pub mod judge;
 pub mod label;
 pub mod memlock;
 pub mod metrics;

@@ -2,7 +2,8 @@
 //! Kubernetes ConfigMap's (deploy/kubernetes/base/config.yaml: one file for every node, each node
 //! `NODE_NAME` = its node name, skipping its own entry) and the systemd example
 //! (deploy/systemd/config.yaml, its key from the service's credentials directory). deploy/check
-//! proves that the rendered ConfigMap holds exactly the first file.
+//! proves that the rendered ConfigMap holds exactly the first file. The exporter's `judge:`
+//! defaults are the alert rules' thresholds (deploy/prometheus/generate).
 
 use std::process::{Command, Stdio};
 
@@ -124,4 +125,57 @@ fn the_systemd_config_reads_the_key_from_the_credentials_directory() {
         "{}",
         r.stdout
     );
+}
+
+/// The exporter judges each path by the alert rules' own thresholds and windows: its `judge:`
+/// defaults are the generator's (deploy/prometheus/generate --print-judge-defaults).
+#[test]
+fn the_exporters_judge_defaults_are_the_alert_rules_thresholds() {
+    let out = Command::new("python3")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["deploy/prometheus/generate", "--print-judge-defaults"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run deploy/prometheus/generate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rules: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("JSON from --print-judge-defaults");
+    let j = rdma_probe_exporter::config::Judge::default();
+    let ours: serde_json::Map<String, serde_json::Value> = serde_json::json!({
+        "probes_bad": j.probes_bad,
+        "degraded_ratio": j.degraded_ratio,
+        "baseline_drop": j.baseline_drop,
+        "stall_min_window_ratio": j.stall_min_window_ratio,
+        "gap_factor": j.gap_factor,
+        "gap_floor_seconds": j.gap_floor.as_secs_f64(),
+        "stale_probes": j.stale_probes,
+        "baseline": j.baseline,
+        "validation_window": j.validation_window,
+        "ping_loss_ratio": j.ping_loss_ratio,
+        "ping_loss_min": j.ping_loss_min,
+        "ping_loss_below": j.ping_loss_below,
+        "ping_loss_window": j.ping_loss_window,
+        "ping_rtt_factor": j.ping_rtt_factor,
+        "ping_rtt_floor_seconds": j.ping_rtt_floor.as_secs_f64(),
+        "ping_baseline": j.ping_baseline,
+    })
+    .as_object()
+    .cloned()
+    .unwrap_or_default();
+    let keys = |m: &serde_json::Map<String, serde_json::Value>| -> Vec<String> {
+        m.keys().cloned().collect()
+    };
+    assert_eq!(keys(&ours), keys(&rules), "the same settings on both sides");
+    for (name, value) in &rules {
+        let (a, b) = (value.as_f64(), ours[name].as_f64());
+        assert!(
+            a.is_some() && a == b,
+            "judge.{name}: the rules say {value}, the exporter {}",
+            ours[name]
+        );
+    }
 }

@@ -59,6 +59,7 @@ pub(crate) struct RawConfig {
     pub schedule: Option<Spanned<RawSchedule>>,
     pub series: Option<Spanned<RawSeries>>,
     pub ping: Option<Spanned<RawPing>>,
+    pub judge: Option<Spanned<RawJudge>>,
     pub limits: Option<Spanned<RawLimits>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
 }
@@ -290,6 +291,27 @@ pub(crate) struct RawPing {
     pub window: Option<Scalar>,
     pub max_rate: Option<Scalar>,
     pub max_paths: Option<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJudge {
+    pub probes_bad: Option<Scalar>,
+    pub degraded_ratio: Option<Scalar>,
+    pub baseline_drop: Option<Scalar>,
+    pub stall_min_window_ratio: Option<Scalar>,
+    pub gap_factor: Option<Scalar>,
+    pub gap_floor: Option<Scalar>,
+    pub stale_probes: Option<Scalar>,
+    pub baseline: Option<Scalar>,
+    pub validation_window: Option<Scalar>,
+    pub ping_loss_ratio: Option<Scalar>,
+    pub ping_loss_min: Option<Scalar>,
+    pub ping_loss_below: Option<Scalar>,
+    pub ping_loss_window: Option<Scalar>,
+    pub ping_rtt_factor: Option<Scalar>,
+    pub ping_rtt_floor: Option<Scalar>,
+    pub ping_baseline: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -38,8 +38,8 @@ pub use address::{
 };
 pub use error::{ConfigError, Located};
 pub use model::{
-    Auth, Config, Device, Devices, Discovery, GidIndex, Labels, Limits, Listen, Peer, PeerMode,
-    Ping, ProbeConfig, Schedule, Selection, Series, SkipReason, DEFAULT_BURST_DURATION,
+    Auth, Config, Device, Devices, Discovery, GidIndex, Judge, Labels, Limits, Listen, Peer,
+    PeerMode, Ping, ProbeConfig, Schedule, Selection, Series, SkipReason, DEFAULT_BURST_DURATION,
     DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER,
     DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_REFRESH_INTERVAL,
     DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,

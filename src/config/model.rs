@@ -89,6 +89,7 @@ pub struct Config {
     pub(super) schedule: Schedule,
     pub(super) series: Series,
     pub(super) ping: Ping,
+    pub(super) judge: Judge,
     pub(super) limits: Limits,
 }
 
@@ -191,6 +192,12 @@ impl Config {
         &self.ping
     }
 
+    /// How each path is judged from its probes and pings (docs/architecture.md, "Judging
+    /// paths").
+    pub fn judge(&self) -> &Judge {
+        &self.judge
+    }
+
     /// The series budget (docs/metrics.md, "Series budget").
     pub fn series(&self) -> &Series {
         &self.series
@@ -247,6 +254,72 @@ impl Default for Ping {
         }
     }
 }
+
+/// How the exporter judges each path from its own probes and pings (docs/architecture.md,
+/// "Judging paths"). The names and defaults are the alert rules' own
+/// (`deploy/prometheus/generate`); windows are counted as the rules count them: in the probe
+/// interval (`defaults.interval`) and in the ping interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judge {
+    /// A path is failing, slow, stalled, gapped or below its baseline after this many such
+    /// probes in a row.
+    pub probes_bad: u32,
+    /// Slow: achieved / target bandwidth of paced bursts below this fraction.
+    pub degraded_ratio: f64,
+    /// Below its baseline: under this fraction of both the path's own median ratio over
+    /// `baseline` and its node's median (while at or above `degraded_ratio`).
+    pub baseline_drop: f64,
+    /// Stalled: a burst's lowest short-window bandwidth below this fraction of its average.
+    pub stall_min_window_ratio: f64,
+    /// Gapped: the longest completion gap above this many times the path's median gap over
+    /// `baseline`, and above `gap_floor`.
+    pub gap_factor: u32,
+    pub gap_floor: Duration,
+    /// Stale: no probe for this many of the path's own planned intervals.
+    pub stale_probes: u32,
+    /// The path's own medians cover this many probe intervals.
+    pub baseline: u32,
+    /// Corrupt: for this many probe intervals after a burst's data arrived wrong.
+    pub validation_window: u32,
+    /// Lossy: at least this fraction, and at least `ping_loss_min`, of the path's pings lost over
+    /// `ping_loss_window` pings, but less than `ping_loss_below` of them (a total fault).
+    pub ping_loss_ratio: f64,
+    pub ping_loss_min: u32,
+    pub ping_loss_below: f64,
+    pub ping_loss_window: u32,
+    /// Slow to answer: the median RTT above this many times the path's own median over
+    /// `ping_baseline` pings, and above `ping_rtt_floor`.
+    pub ping_rtt_factor: u32,
+    pub ping_rtt_floor: Duration,
+    pub ping_baseline: u32,
+}
+
+impl Default for Judge {
+    fn default() -> Self {
+        Judge {
+            probes_bad: 3,
+            degraded_ratio: 0.7,
+            baseline_drop: 0.85,
+            stall_min_window_ratio: 0.25,
+            gap_factor: 10,
+            gap_floor: Duration::from_millis(10),
+            stale_probes: 3,
+            baseline: 60,
+            validation_window: 10,
+            ping_loss_ratio: 0.02,
+            ping_loss_min: 3,
+            ping_loss_below: 0.5,
+            ping_loss_window: 60,
+            ping_rtt_factor: 3,
+            ping_rtt_floor: Duration::from_micros(100),
+            ping_baseline: 720,
+        }
+    }
+}
+
+/// Largest count `judge` accepts for its streaks and factors, and for its windows.
+pub const MAX_JUDGE_COUNT: u64 = 1000;
+pub const MAX_JUDGE_WINDOW: u64 = 100_000;
 
 /// Shortest and longest ping interval, timeout and window accepted.
 pub const PING_INTERVALS: std::ops::RangeInclusive<Duration> =

@@ -917,6 +917,58 @@ proptest! {
 }
 
 #[test]
+fn the_judge_section_has_the_rules_defaults_bounds_and_a_loss_band_that_is_not_empty() {
+    assert_eq!(*ok(&minimal("")).judge(), Judge::default());
+    assert_eq!(
+        *ok(EXAMPLE.replace("${NODE_NAME}", "n").as_str()).judge(),
+        Judge::default()
+    );
+    let c = ok(&minimal(
+        "judge: {probes_bad: 5, degraded_ratio: 60%, baseline_drop: 90%, \
+         stall_min_window_ratio: 10%, gap_factor: 20, gap_floor: 5ms, stale_probes: 4, \
+         baseline: 120, validation_window: 5, ping_loss_ratio: 1%, ping_loss_min: 2, \
+         ping_loss_below: 40%, ping_loss_window: 30, ping_rtt_factor: 4, ping_rtt_floor: 1ms, \
+         ping_baseline: 360}\n",
+    ));
+    let j = c.judge();
+    assert_eq!((j.probes_bad, j.gap_factor, j.stale_probes), (5, 20, 4));
+    assert_eq!((j.degraded_ratio, j.baseline_drop), (0.6, 0.9));
+    assert_eq!((j.stall_min_window_ratio, j.ping_loss_ratio), (0.1, 0.01));
+    assert_eq!(j.ping_loss_below, 0.4);
+    assert_eq!(
+        (j.gap_floor, j.ping_rtt_floor),
+        (Duration::from_millis(5), Duration::from_millis(1))
+    );
+    assert_eq!((j.baseline, j.validation_window), (120, 5));
+    assert_eq!(
+        (j.ping_loss_min, j.ping_loss_window, j.ping_baseline),
+        (2, 30, 360)
+    );
+    assert_eq!(j.ping_rtt_factor, 4);
+    for (bad, says) in [
+        ("{probes_bad: 0}", "judge.probes_bad"),
+        ("{probes_bad: 3.5}", "judge.probes_bad"),
+        (
+            "{degraded_ratio: 0.7}",
+            "judge.degraded_ratio: \"0.7\" is not a percentage",
+        ),
+        ("{degraded_ratio: 0%}", "judge.degraded_ratio"),
+        ("{baseline_drop: 101%}", "judge.baseline_drop"),
+        ("{gap_floor: soon}", "judge.gap_floor"),
+        ("{baseline: 0}", "judge.baseline"),
+        ("{ping_baseline: 1000000}", "judge.ping_baseline"),
+        ("{ping_loss_ratio: 50%}", "judge.ping_loss_below"),
+        ("{ping_loss_below: 1%}", "no loss would be judged lossy"),
+        ("{probes: 3}", "probes"),
+    ] {
+        let e = load(&minimal(&format!("judge: {bad}\n")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn the_ping_section_has_defaults_bounds_and_off() {
     let c = ok(&minimal(""));
     assert_eq!(*c.ping(), Ping::default());

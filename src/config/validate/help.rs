@@ -70,6 +70,11 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
         }
         ("", "schedule") => s("a mapping {duty_cycle: PERCENT}"),
         ("", "series") => s("a mapping {budget: N, ttl: DURATION}"),
+        ("", "judge") => s(
+            "a mapping of the thresholds and windows each path is judged by (probes_bad, \
+             degraded_ratio, ..., ping_baseline); docs/architecture.md, \"Judging paths\"",
+        ),
+        ("judge", f) => judge_field_help(f),
         ("series", "budget") => s("a whole number of per-path series from 1 to 10000000, e.g. 4750"),
         ("series", "ttl") => s("a duration from 1m to 7d, e.g. 10m"),
         ("", "limits") => s(
@@ -121,6 +126,39 @@ fn probe_field_help(field: &str) -> Option<String> {
         "service_level" => s("a whole number from 0 to 15"),
         "qp_timeout" => s("a whole number from 0 to 31 (4.096 µs × 2^N)"),
         "timeout" => s("a duration greater than zero, e.g. 10s"),
+        _ => None,
+    }
+}
+
+fn judge_field_help(field: &str) -> Option<String> {
+    let count = |what: &str| {
+        Some(format!(
+            "{what}, a whole number from 1 to {MAX_JUDGE_COUNT}"
+        ))
+    };
+    let window = |what: &str| {
+        Some(format!(
+            "{what}, a whole number from 1 to {MAX_JUDGE_WINDOW}"
+        ))
+    };
+    let share = |what: &str| Some(format!("{what}, a percentage above 0% and at most 100%"));
+    match field {
+        "probes_bad" => count("bad probes in a row that make a path failing, slow, ... e.g. 3"),
+        "degraded_ratio" => share("achieved / target bandwidth under which a path is slow, e.g. 70%"),
+        "baseline_drop" => share("the share of its usual bandwidth under which a path is below its baseline, e.g. 85%"),
+        "stall_min_window_ratio" => share("a burst's lowest / average bandwidth under which it stalled, e.g. 25%"),
+        "gap_factor" => count("how many times its median gap a path's longest gap must be, e.g. 10"),
+        "gap_floor" => Some("the shortest gap judged, a duration, e.g. 10ms".to_owned()),
+        "stale_probes" => count("planned intervals without a probe after which a path is stale, e.g. 3"),
+        "baseline" => window("probe intervals a path's own medians cover, e.g. 60"),
+        "validation_window" => window("probe intervals a path stays corrupt after bad data, e.g. 10"),
+        "ping_loss_ratio" => share("the share of pings lost from which a path is lossy, e.g. 2%"),
+        "ping_loss_min" => window("the fewest lost pings that make a path lossy, e.g. 3"),
+        "ping_loss_below" => share("the share of pings lost from which a total fault owns it, above ping_loss_ratio, e.g. 50%"),
+        "ping_loss_window" => window("pings the loss share is taken over, e.g. 60"),
+        "ping_rtt_factor" => count("how many times its usual median RTT a path's must be, e.g. 3"),
+        "ping_rtt_floor" => Some("the lowest median RTT judged high, a duration, e.g. 100us".to_owned()),
+        "ping_baseline" => window("pings a path's own RTT median covers, e.g. 720"),
         _ => None,
     }
 }

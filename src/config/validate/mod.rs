@@ -6,6 +6,7 @@
 //! not combine are a config error at load instead of a failed probe at run time.
 
 mod help;
+mod judge;
 mod peers;
 mod probe;
 mod server;
@@ -101,6 +102,7 @@ impl Ctx<'_> {
         let schedule = self.schedule(raw.schedule.as_ref())?;
         let series = self.series(raw.series.as_ref())?;
         let ping = self.ping(raw.ping.as_ref())?;
+        let judge = self.judge(raw.judge.as_ref())?;
         let limits = self.limits(raw.limits.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
@@ -119,6 +121,7 @@ impl Ctx<'_> {
             schedule,
             series,
             ping,
+            judge,
             limits,
         })
     }

@@ -175,7 +175,7 @@ impl Ctx<'_> {
     }
 
     /// `N%` (decimals allowed) as a fraction, when `in_range` accepts N.
-    fn percentage(
+    pub(super) fn percentage(
         &self,
         scalar: &Scalar,
         path: &str,

@@ -622,6 +622,7 @@ fn ping_reports(
                     lost: 1,
                     ..Counts::default()
                 },
+                lost_in_a_row: 0,
                 window: Some(window),
                 gone: false,
             })

@@ -18,6 +18,7 @@ use crate::config::{Config, Device, Limits};
 use crate::control::message::Identity;
 use crate::control::AuthMode;
 use crate::discovery::{self, DiscoveredPeer};
+use crate::judge::Criteria;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
@@ -501,6 +502,12 @@ impl Service {
             limit: series.budget,
             ttl: series.ttl,
         })
+        .await;
+        self.emit(ProbeEvent::Judge(Criteria::new(
+            *self.config.judge(),
+            self.config.defaults().interval(),
+            self.config.ping().interval,
+        )))
         .await;
         Ok(())
     }

@@ -89,6 +89,25 @@ pub struct Verdict {
     pub figure: Option<f64>,
 }
 
+impl Verdict {
+    /// Whether the rules would call the path bad this way: after `probes_bad` probes in a row
+    /// for the bursts' streaks, at once for the others.
+    pub fn is_bad(&self, criteria: &Criteria) -> bool {
+        match self.state {
+            BadState::Failed
+            | BadState::Slow
+            | BadState::Stalled
+            | BadState::Gapped
+            | BadState::BelowBaseline => self.in_a_row >= criteria.settings.probes_bad,
+            BadState::Stale
+            | BadState::Corrupt
+            | BadState::Lossy
+            | BadState::RttHigh
+            | BadState::Unanswered => true,
+        }
+    }
+}
+
 /// The judge's settings with its windows in seconds: the probe windows count the probe interval
 /// (`defaults.interval`), the ping windows the ping interval.
 #[derive(Debug, Clone, Copy, PartialEq)]

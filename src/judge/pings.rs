@@ -62,6 +62,11 @@ impl PingJudge {
         self.last = Some(sample);
     }
 
+    /// When the last report came (Unix seconds).
+    pub fn last_report(&self) -> Option<f64> {
+        self.last.map(|s| s.at)
+    }
+
     /// Pings sent and lost over the loss window (from the last report before it, or the first
     /// report kept).
     fn window_counts(&self) -> Option<(u64, u64)> {

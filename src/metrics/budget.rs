@@ -80,6 +80,8 @@ struct Entry {
 #[derive(Debug, Clone)]
 pub struct SeriesBudget<K> {
     limit: usize,
+    /// Of the limit, what the node's other budgeted series take ([`SeriesBudget::reserve`]).
+    reserved: usize,
     ttl: Duration,
     paths: BTreeMap<K, Entry>,
     /// `(last probe, key)` of every path on `/metrics`, sampled ones and preferred ones apart:
@@ -103,6 +105,7 @@ impl<K: Clone + Ord> SeriesBudget<K> {
     pub fn new(limit: usize, ttl: Duration) -> Self {
         SeriesBudget {
             limit,
+            reserved: 0,
             ttl,
             paths: BTreeMap::new(),
             sampled: BTreeSet::new(),
@@ -127,6 +130,23 @@ impl<K: Clone + Ord> SeriesBudget<K> {
 
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// How long a path out of the selection stays after its last probe.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Keeps `series` of the limit for series that are not a path's but count in the budget
+    /// (the judged families: docs/metrics.md, "Judged paths"). Like a new limit, it applies
+    /// from the next probe that needs room.
+    pub fn reserve(&mut self, series: usize) {
+        self.reserved = series;
+    }
+
+    /// What the paths may take: the limit less what is reserved.
+    fn paths_limit(&self) -> usize {
+        self.limit.saturating_sub(self.reserved)
     }
 
     /// Series of the paths on `/metrics` now.
@@ -203,7 +223,7 @@ impl<K: Clone + Ord> SeriesBudget<K> {
             }
         }
         self.take(&key);
-        while self.series() + self.size(&series) > self.limit && self.shed < 2 {
+        while self.series() + self.size(&series) > self.paths_limit() && self.shed < 2 {
             self.shed += 1;
             match self.shed {
                 1 => admission.shed_detail = true,
@@ -211,7 +231,7 @@ impl<K: Clone + Ord> SeriesBudget<K> {
             }
         }
         let needed = self.size(&series);
-        let room = self.limit.saturating_sub(self.series());
+        let room = self.paths_limit().saturating_sub(self.series());
         if needed > room {
             // The lowest paths that rank below this one, as many as make room: all or none.
             let rank = (preferred, now);

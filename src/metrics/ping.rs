@@ -350,6 +350,7 @@ mod tests {
                     lost,
                     ..Counts::default()
                 },
+                lost_in_a_row: 0,
                 window,
                 gone,
             }],
@@ -429,6 +430,7 @@ mod tests {
                     sent: 5,
                     ..Counts::default()
                 },
+                lost_in_a_row: 0,
                 window: None,
                 gone: false,
             })

@@ -716,6 +716,7 @@ impl<K: Ord + Clone> Engine<K> {
             .map(|(path, counts)| PingReport {
                 path,
                 counts,
+                lost_in_a_row: 0,
                 window: None,
                 gone: true,
             })
@@ -731,6 +732,7 @@ impl<K: Ord + Clone> Engine<K> {
             paths.push(PingReport {
                 path: path.clone(),
                 counts: target.pings.counts(),
+                lost_in_a_row: target.pings.lost_in_a_row(),
                 window: target.pings.summary(),
                 gone: false,
             });

@@ -251,6 +251,11 @@ impl PathPings {
         self.counts
     }
 
+    /// Pings lost since the last answered one.
+    pub fn lost_in_a_row(&self) -> u64 {
+        self.lost_in_a_row
+    }
+
     /// Whether the path's target should be learnt again now: [`RELEARN_AFTER`] pings lost in a
     /// row, then each time twice as many as when it was last asked (at most
     /// [`RELEARN_EVERY_AT_MOST`] more), so a dead peer is asked less and less often. An ack

@@ -69,6 +69,8 @@ impl fmt::Debug for PingTarget {
 pub struct PingReport<K> {
     pub path: K,
     pub counts: Counts,
+    /// Pings lost since the last answered one.
+    pub lost_in_a_row: u64,
     pub window: Option<WindowSummary>,
     /// The path is no longer pinged: its series go.
     pub gone: bool,

@@ -23,7 +23,7 @@ impl Accounts {
     pub fn new(ctx: &SimContext) -> Self {
         let config = ctx.config;
         Accounts {
-            budget: SeriesBudget::new(config.series.budget, config.series.ttl),
+            budget: super::node_budget(config),
             stats: NodeStats::new(config.rails as usize, config.nodes_per_group),
             replayed: 0,
         }
@@ -90,10 +90,7 @@ impl Accounts {
     pub fn sample(&mut self, n: usize, t: Duration, rails: &[RailSim], ctx: &SimContext) {
         let config = ctx.config;
         self.expire(n, t, rails, ctx);
-        let peers = self.budget.peers(|id| path_of(*id, config.nodes).0);
-        let series = super::path_series(&self.budget, &config.series, peers, config.rails as usize)
-            + config.series.per_node
-            + config.series.per_device * config.rails as usize;
+        let series = super::node_series(&self.budget, config);
         let (mut paths, mut duty) = (0, 0.0_f64);
         for rail in rails {
             let (p, d) = rail.figures(n);

@@ -16,7 +16,8 @@
 //! - every node starts at time 0 (a DaemonSet rollout, the worst case for phases) and rounds
 //!   follow the shared virtual clock (NTP on a real cluster);
 //! - series: every path probed at least once and not expired has `series_per_path` series (its
-//!   probe families), every node `series_per_node` plus `series_per_device` per rail, and one
+//!   probe families), every node `series_per_node` plus `series_per_device` per rail, the
+//!   judged families of a healthy node (room for them kept in the series budget), and one
 //!   `peer_info` per peer with a path on `/metrics`; a path leaves `/metrics` when it is out of
 //!   the selection and has not been probed for `series_ttl`, or when the series budget needs
 //!   the room ([`SeriesBudget`](crate::metrics::budget::SeriesBudget)).
@@ -55,17 +56,58 @@ pub const SERIES_PER_NODE: usize = 23;
 /// their clock (3).
 pub const SERIES_PER_DEVICE: usize = 13;
 
-/// The per-path series of a node whose bursts' are `budget`'s and which shows `peers`
-/// `peer_info` series: those and its ping series in the room the others leave in the budget
-/// (`model.ping_per_device` for each of its `devices`' histograms first, if they all fit; then
-/// `model.ping_per_path` per path on `/metrics`).
+/// Series of the judged families per device and crossing on a healthy node (paths, newest
+/// success, newest good result; docs/metrics.md, "Judged paths").
+pub const JUDGED_SERIES_PER_CROSSING: usize = 3;
+
+/// The judged families' series of a healthy node of `config`: local paths only in a cluster of
+/// one group, local and cross ones otherwise. The series budget keeps room for them.
+pub(crate) fn judged_series(config: &SimulationConfig) -> usize {
+    let crossings = if config.nodes_per_group < config.nodes {
+        2
+    } else {
+        1
+    };
+    JUDGED_SERIES_PER_CROSSING * crossings * config.rails as usize
+}
+
+/// A node's series budget, room kept for its judged families.
+pub(crate) fn node_budget<K: Clone + Ord>(
+    config: &SimulationConfig,
+) -> crate::metrics::budget::SeriesBudget<K> {
+    let mut budget =
+        crate::metrics::budget::SeriesBudget::new(config.series.budget, config.series.ttl);
+    budget.reserve(judged_series(config));
+    budget
+}
+
+/// Every series on node-budget `budget`'s node: the budgeted ones ([`path_series`]), with one
+/// `peer_info` per peer it shows a path of, and the node's and its devices' own.
+pub(crate) fn node_series(
+    budget: &crate::metrics::budget::SeriesBudget<u64>,
+    config: &SimulationConfig,
+) -> usize {
+    let peers = budget.peers(|id| stats::path_of(*id, config.nodes).0);
+    let rails = config.rails as usize;
+    path_series(budget, &config.series, peers, judged_series(config), rails)
+        + config.series.per_node
+        + config.series.per_device * rails
+}
+
+/// The budgeted series of a node whose bursts' are `budget`'s and which shows `peers`
+/// `peer_info` series and `judged` judged series: those and its ping series in the room the
+/// others leave in the budget (`model.ping_per_device` for each of its `devices`' histograms
+/// first, if they all fit; then `model.ping_per_path` per path on `/metrics`).
 pub(crate) fn path_series<K: Clone + Ord>(
     budget: &crate::metrics::budget::SeriesBudget<K>,
     model: &SeriesModel,
     peers: usize,
+    judged: usize,
     devices: usize,
 ) -> usize {
-    let room = budget.limit().saturating_sub(budget.series() + peers);
+    let room = budget
+        .limit()
+        .saturating_sub(budget.series() + peers + judged);
     let pings = match model.ping_per_path {
         0 => 0,
         per_path => match devices * model.ping_per_device {
@@ -75,7 +117,7 @@ pub(crate) fn path_series<K: Clone + Ord>(
             _ => (budget.paths() * per_path).min(room),
         },
     };
-    budget.series() + peers + pings
+    budget.series() + peers + judged + pings
 }
 
 /// Largest cluster `simulate` accepts.

@@ -96,7 +96,7 @@ pub(super) fn run(config: &SimulationConfig) -> Report {
         .collect();
     let nodes = (0..config.nodes)
         .map(|_| Node {
-            budget: SeriesBudget::new(config.series.budget, config.series.ttl),
+            budget: super::node_budget(config),
             stats: NodeStats::new(rails, config.nodes_per_group),
         })
         .collect();
@@ -400,10 +400,7 @@ impl Cluster<'_> {
         let config = self.ctx.config;
         self.expire(n, t);
         let node = &mut self.nodes[n];
-        let peers = node.budget.peers(|id| path_of(*id, config.nodes).0);
-        let series = super::path_series(&node.budget, &config.series, peers, config.rails as usize)
-            + config.series.per_node
-            + config.series.per_device * config.rails as usize;
+        let series = super::node_series(&node.budget, config);
         let paths = self.devices.iter().map(|of_rail| of_rail[n].paths).sum();
         let duty = (self.devices.iter()).fold(0.0_f64, |d, of_rail| d.max(of_rail[n].duty));
         node.stats.sample(series, paths, duty);

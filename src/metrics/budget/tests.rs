@@ -181,3 +181,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn what_is_reserved_for_the_nodes_other_series_is_not_given_to_paths() {
+    let mut b = SeriesBudget::new(100, s(600));
+    b.reserve(30);
+    for k in 0..3u32 {
+        assert!(
+            b.record(k, s(u64::from(k)), true, series(20, 0), all)
+                .admitted
+        );
+    }
+    // 60 of the 70 left: a fourth path of 20 does not fit, and ranks below none.
+    let a = b.record(3, s(1), false, series(20, 0), all);
+    assert!(!a.admitted, "{a:?}");
+    assert_eq!((b.series(), b.paths()), (60, 3));
+    // Less reserved: it fits.
+    b.reserve(10);
+    assert!(b.record(3, s(4), false, series(20, 0), all).admitted);
+    assert_eq!(b.series(), 80);
+}

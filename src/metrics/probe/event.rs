@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::PathLabels;
 use crate::burst::BurstReport;
+use crate::judge::Criteria;
 use crate::metrics::port::PortReport;
 use crate::ping::PingReports;
 use crate::prober::{BurstKind, ProbeOutcome};
@@ -291,6 +292,9 @@ pub enum ProbeEvent {
     Ports(PortReport),
     /// A device's ping engine's figures now (docs/metrics.md, "Pings").
     Pings(PingReports<PathLabels>),
+    /// The thresholds and windows paths are judged by, at load and after each reload
+    /// (docs/architecture.md, "Judging paths"); new ones start every judgement over.
+    Judge(Criteria),
 }
 
 impl ProbeEvent {

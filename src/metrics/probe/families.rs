@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use super::judged::JudgedFamilies;
 use super::{Direction, Side};
 use crate::metrics::ping::PingFamilies;
 use crate::metrics::port::PortFamilies;
@@ -125,6 +126,7 @@ pub struct ProbeFamilies {
     pub(super) shed_level: Gauge,
     pub(super) ports: PortFamilies,
     pub(super) pings: PingFamilies,
+    pub(super) judged: JudgedFamilies,
 }
 
 impl ProbeFamilies {
@@ -169,6 +171,7 @@ impl ProbeFamilies {
             shed_level: Gauge::default(),
             ports: PortFamilies::register(registry),
             pings: PingFamilies::register(registry),
+            judged: JudgedFamilies::register(registry),
         };
         families.register_paths(registry);
         families.register_node(registry);
@@ -355,7 +358,8 @@ impl ProbeFamilies {
         );
         add!(
             "path_series",
-            "Per-path series on /metrics now: what the series budget counts",
+            "Per-path series on /metrics now, the pings' and the judged families' included: what \
+             the series budget counts",
             f.path_series.clone()
         );
         add!(

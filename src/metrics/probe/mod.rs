@@ -9,11 +9,13 @@
 //!
 //! - `event`: what the recorder is told ([`ProbeEvent`], [`ProbeRecord`]);
 //! - `families`: the families and their label sets, registered once;
+//! - `judged`: every path judged where its probes are, shown per device and crossing;
 //! - `recorder`: [`ProbeRecorder`], the one writer of the families and of the path table;
 //! - `snapshot`: the path table the status page reads ([`PathStatus`]).
 
 mod event;
 mod families;
+mod judged;
 mod recorder;
 mod snapshot;
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::families::{
     counter_labels, kind_labels, reason_labels, result_labels, traffic_labels, DeviceLabels,
     SkippedLabels,
 };
+use super::judged::JudgedPaths;
 use super::{
     BurstFigures, DeferReason, DeviceScheduleFigures, Direction, InfoLabels, PathLabels,
     PathSnapshot, PathStatus, ProbeEvent, ProbeFamilies, ProbeRecord, ProbeResult, Side,
@@ -78,6 +79,7 @@ pub struct ProbeRecorder {
     shown_peers: BTreeSet<String>,
     /// The budget's first drop since its last reset has been logged.
     warned: bool,
+    judged: JudgedPaths,
 }
 
 impl ProbeRecorder {
@@ -85,6 +87,7 @@ impl ProbeRecorder {
         families
             .path_series_budget
             .set(i64::try_from(DEFAULT_SERIES_BUDGET).unwrap_or(i64::MAX));
+        let judged = JudgedPaths::new(families.judged.clone());
         ProbeRecorder {
             families,
             series: BTreeMap::new(),
@@ -97,6 +100,7 @@ impl ProbeRecorder {
             peer_labels: BTreeMap::new(),
             shown_peers: BTreeSet::new(),
             warned: false,
+            judged,
         }
     }
 
@@ -129,8 +133,10 @@ impl ProbeRecorder {
         match event {
             ProbeEvent::Attempt(path) => self.on_attempt(path),
             ProbeEvent::Completed(path, record) => {
+                self.judged.on_probe(&path, &record);
                 self.on_completed(path.clone(), *record);
                 self.account(&path, now);
+                self.show_judged(now);
             }
             ProbeEvent::RetainPeers(peers) => {
                 let gone: Vec<PathLabels> = self
@@ -142,12 +148,16 @@ impl ProbeRecorder {
                 for path in gone {
                     self.remove_path(&path);
                 }
+                self.judged.retain_peers(&peers);
                 self.peer_labels.retain(|p, _| peers.contains(p));
                 self.refresh_peer_info();
+                self.show_judged(now);
             }
             ProbeEvent::ForgetPath(path) => {
+                self.judged.forget(&path);
                 self.remove_path(&path);
                 self.refresh_peer_info();
+                self.show_judged(now);
             }
             ProbeEvent::Selection(selection) => {
                 self.planned.retain(|device, peers| {
@@ -157,7 +167,10 @@ impl ProbeRecorder {
                 self.selection = selection;
                 self.refresh_peer_info();
             }
-            ProbeEvent::Intervals(intervals) => self.on_intervals(intervals),
+            ProbeEvent::Intervals(intervals) => {
+                self.on_intervals(intervals);
+                self.show_judged(now);
+            }
             ProbeEvent::SeriesBudget { limit, ttl } => {
                 self.budget.reset(limit, ttl);
                 self.warned = false;
@@ -179,8 +192,20 @@ impl ProbeRecorder {
                 self.on_deferred(path.clone(), reason);
                 self.account(&path, now);
             }
-            ProbeEvent::Info(info) => self.on_info(info),
-            ProbeEvent::PeerLabels { peer, labels } => self.on_peer_labels(peer, labels),
+            ProbeEvent::Info(info) => {
+                self.judged.set_labels(&info.node, &info.peers);
+                self.on_info(info);
+                self.show_judged(now);
+            }
+            ProbeEvent::PeerLabels { peer, labels } => {
+                self.judged.set_peer_labels(&peer, &labels);
+                self.on_peer_labels(peer, labels);
+                self.show_judged(now);
+            }
+            ProbeEvent::Judge(criteria) => {
+                self.judged.set_criteria(criteria);
+                self.show_judged(now);
+            }
             ProbeEvent::SkippedPaths { per_device, paths } => {
                 for (device, reason, n) in per_device {
                     self.families
@@ -198,14 +223,18 @@ impl ProbeRecorder {
             }
             ProbeEvent::Schedule(figures) => self.on_schedule(figures),
             ProbeEvent::Ports(report) => self.port_series.apply(&self.families.ports, &report),
-            ProbeEvent::Pings(reports) => self.on_pings(&reports),
+            ProbeEvent::Pings(reports) => {
+                self.judged.on_pings(&reports, now.as_secs_f64());
+                self.on_pings(&reports);
+                self.show_judged(now);
+            }
         }
     }
 
     /// A ping engine's report, shown in the room the bursts' series and `peer_info` leave in
     /// the budget.
     fn on_pings(&mut self, reports: &PingReports<PathLabels>) {
-        let used = self.budget.series() + self.shown_peers.len();
+        let used = self.budget.series() + self.shown_peers.len() + self.judged.series();
         let room = self.budget.limit().saturating_sub(used);
         let budget = &self.budget;
         self.ping_series
@@ -213,9 +242,21 @@ impl ProbeRecorder {
         self.show_series_count();
     }
 
-    /// `rdma_probe_path_series`: the bursts' per-path series and the pings'.
+    /// The judged families at `now`, stale paths judged by their planned intervals.
+    /// They count in the series budget: the paths get the rest.
+    fn show_judged(&mut self, now: Duration) {
+        let planned = &self.planned;
+        self.judged.show(now.as_secs_f64(), |p| {
+            planned.get(&p.device)?.get(&p.peer).copied()
+        });
+        self.budget.reserve(self.judged.series());
+        self.show_series_count();
+    }
+
+    /// `rdma_probe_path_series`: the bursts' per-path series, the pings' and the judged
+    /// families'.
     fn show_series_count(&self) {
-        let series = self.budget.series() + self.ping_series.series();
+        let series = self.budget.series() + self.ping_series.series() + self.judged.series();
         self.families
             .path_series
             .set(i64::try_from(series).unwrap_or(i64::MAX));
@@ -398,6 +439,11 @@ impl ProbeRecorder {
     pub fn expire(&mut self, now: Duration) {
         let selection = &self.selection;
         let stale = self.budget.expire(now, |p| selected(selection, p));
+        self.judged
+            .expire(now.as_secs_f64(), self.budget.ttl(), |p| {
+                selected(selection, p)
+            });
+        self.show_judged(now);
         if stale.is_empty() {
             return;
         }

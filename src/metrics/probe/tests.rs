@@ -400,7 +400,7 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     let at = |s: u64| Duration::from_secs(1_700_000_000 + s);
     recorder.apply_at(
         ProbeEvent::SeriesBudget {
-            limit: 45,
+            limit: 48,
             ttl: Duration::from_secs(600),
         },
         at(0),
@@ -448,6 +448,8 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
         ),
         at(0),
     );
+    // The device's judged paths take 3 of the 48 (paths, newest success, newest good: one
+    // crossing), which rdma_probe_path_series counts; the paths get 45.
     // A healthy path: 10 series of its own (success, 4 paced gauges, runs, last success,
     // interval, last attempt, consecutive failures), 4 derived (message rate, setup, bytes,
     // messages) and 2 of port traffic.
@@ -464,8 +466,8 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
         recorder.apply_at(ProbeEvent::completed(path(p), healthy()), at(1 + i as u64));
     }
     let t = text(&metrics);
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(32.0));
-    assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(45.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(35.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series_budget"), Some(48.0));
     assert!(
         !t.contains(r#"peer_info{peer="f"}"#),
         "only selected peers: {t}"
@@ -477,7 +479,7 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     let t = text(&metrics);
     assert!(!t.contains("rdma_probe_port_increase_total{"), "{t}");
     assert!(t.contains("rdma_probe_message_rate_per_second{"), "{t}");
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(42.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(45.0));
     assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(1.0));
     // d does not fit (56): the derived series go (4 × 10 = 40).
     recorder.apply_at(ProbeEvent::completed(path("d"), healthy()), at(4));
@@ -485,7 +487,7 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     assert!(!t.contains("rdma_probe_message_rate_per_second{"), "{t}");
     assert!(!t.contains("rdma_probe_bytes_total{"), "{t}");
     assert!(!t.contains("rdma_probe_setup_seconds{"), "{t}");
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(40.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(43.0));
     assert_eq!(sample(&t, "rdma_probe_series_budget_shed_level"), Some(2.0));
     assert_eq!(
         sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
@@ -501,7 +503,7 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
     assert!(t.contains(r#"peer_info{peer="c"}"#), "c is still selected");
     assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="a""#));
     assert!(t.contains(r#"rdma_probe_success{device="mlx5_0",peer="e""#));
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(40.0));
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(43.0));
     assert_eq!(
         sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
         Some(1.0)
@@ -538,7 +540,16 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
         t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
         "{t}"
     );
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(30.0));
+    // 30 of a, b and f, 3 judged, and one more: every record here says it ended at 0 s, so
+    // at 611 s the three paths, planned every 60 s, are stale
+    // (rdma_probe_judged_bad_paths{state="stale"}).
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(34.0));
+    assert!(
+        t.contains(
+            r#"rdma_probe_judged_bad_paths{device="mlx5_0",crossing="local",state="stale"} 3"#
+        ),
+        "{t}"
+    );
     assert_eq!(
         sample(&t, "rdma_probe_series_budget_dropped_paths_total"),
         Some(1.0),

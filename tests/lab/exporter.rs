@@ -1,5 +1,6 @@
-//! The exporter (`run --config`) on three lab nodes: every path measured and exported, a peer
-//! that goes away and comes back, reloads (a removed peer, a broken file, peers by address
+//! The exporter (`run --config`) on three lab nodes: every path measured, exported and judged
+//! (the judged failing paths agree with the paths' own failure counts), a peer that goes away
+//! and comes back, reloads (a removed peer, a broken file, peers by address
 //! alone), and SIGTERM in the middle of a burst (lab/scenarios/exporter.sh).
 
 use std::collections::BTreeMap;
@@ -18,6 +19,13 @@ fn samples(scrape: &str) -> BTreeMap<String, f64> {
         .filter_map(|(series, v)| Some((series.to_owned(), v.parse().ok()?)))
         .collect()
 }
+
+/// The device's judged paths (docs/metrics.md, "Judged paths"); every lab path is local.
+const JUDGED_LOCAL: &str = r#"rdma_probe_judged_paths{device="rxe0",crossing="local"}"#;
+const JUDGED_LAST_SUCCESS: &str =
+    r#"rdma_probe_judged_last_success_timestamp_seconds{device="rxe0",crossing="local"}"#;
+const JUDGED_FAILED: &str =
+    r#"rdma_probe_judged_bad_paths{device="rxe0",crossing="local",state="failed"}"#;
 
 fn path(family: &str, peer: &str) -> String {
     format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\"}}")
@@ -103,6 +111,14 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
             Some(&1.0),
             "{scrape}"
         );
+        // Its judgement of its paths, per device (no `tor` label here: every path is local):
+        // both judged, none failing.
+        assert_eq!(s.get(JUDGED_LOCAL), Some(&2.0), "{scrape}");
+        assert!(
+            s.get(JUDGED_LAST_SUCCESS).is_some_and(|t| *t > 0.0),
+            "{scrape}"
+        );
+        assert_eq!(s.get(JUDGED_FAILED), None, "{scrape}");
         assert_eq!(run.file(node, "readyz.txt").trim(), "ready");
         let status = run.file(node, "status.html");
         for peer in NODES.iter().filter(|p| **p != node) {
@@ -130,6 +146,26 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
         );
         let errors = sum_for_peer(&s, "rdma_probe_errors_total", "node3");
         assert!(errors >= 2.0, "{node}: errors for node3 {errors}\n{scrape}");
+        // The judged failing paths agree with the path's own count of failures in a row: the
+        // path to node3 is failing from its third (the scrape may come between a result and
+        // the judgement of it, so at exactly three either is right).
+        let in_a_row = s
+            .get(&path("rdma_probe_consecutive_failures", "node3"))
+            .copied()
+            .unwrap_or(0.0);
+        let failing = s.get(JUDGED_FAILED).copied();
+        let agrees = match in_a_row {
+            n if n < 3.0 => failing.is_none(),
+            n if n < 4.0 => failing.is_none() || failing == Some(1.0),
+            _ => failing == Some(1.0),
+        };
+        assert!(
+            agrees,
+            "{node}: {in_a_row} failures in a row to node3, judged failing: {failing:?}\n{scrape}"
+        );
+        eprintln!(
+            "{node}: node3 down -> {in_a_row} failures in a row, judged failing paths {failing:?}"
+        );
         assert_eq!(result(&run, node, "outage_other_success"), "1", "{node}");
         assert_eq!(
             result(&run, node, "outage_other_errors_increase"),

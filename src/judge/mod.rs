@@ -18,7 +18,7 @@ pub use baseline::{median, Baseline};
 pub use path::{PacedFigures, PathJudge, Probe};
 pub use pings::{PingJudge, PingSample};
 
-use crate::config::Judge;
+use crate::config::{Judge, Ping, DEFAULT_INTERVAL};
 
 /// The ways a path can be bad, as the `state` label names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,12 +120,19 @@ pub struct Criteria {
 impl Criteria {
     /// With pings off, the ping windows count the default ping interval (no ping is judged).
     pub fn new(settings: Judge, probe_interval: Duration, ping_interval: Option<Duration>) -> Self {
-        let ping_interval = ping_interval.unwrap_or(Duration::from_secs(5));
+        let ping_interval = ping_interval
+            .or(Ping::default().interval)
+            .unwrap_or_default();
         Criteria {
             settings,
             probe_interval: probe_interval.as_secs_f64(),
             ping_interval: ping_interval.as_secs_f64(),
         }
+    }
+
+    /// The config's defaults: the rules' thresholds, the default probe and ping intervals.
+    pub fn defaults() -> Self {
+        Criteria::new(Judge::default(), DEFAULT_INTERVAL, Ping::default().interval)
     }
 
     /// How far back a path's own bandwidth and gap medians look.

@@ -312,6 +312,14 @@ pub struct InfoLabels {
     pub peers: Vec<Vec<(String, String)>>,
 }
 
+/// The value of label `name` in one of [`InfoLabels`]' label sets.
+pub(super) fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    labels
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// What the scheduler says about one local device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceScheduleFigures {

@@ -15,8 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::event::label;
 use super::{PathLabels, ProbeRecord, ProbeResult};
-use crate::config::{Judge, DEFAULT_INTERVAL};
 use crate::judge::{BadState, Criteria, PacedFigures, PathJudge, PingJudge, PingSample, Probe};
 use crate::metrics::PREFIX;
 use crate::ping::PingReports;
@@ -115,11 +115,7 @@ impl JudgedPaths {
     pub(super) fn new(families: JudgedFamilies) -> Self {
         JudgedPaths {
             families,
-            criteria: Criteria::new(
-                Judge::default(),
-                DEFAULT_INTERVAL,
-                Some(Duration::from_secs(5)),
-            ),
+            criteria: Criteria::defaults(),
             own_tor: None,
             peer_tors: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -355,13 +351,6 @@ fn state_labels(key: &CrossingLabels, state: BadState) -> StateLabels {
 
 fn saturating(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    labels
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
 }
 
 #[cfg(test)]

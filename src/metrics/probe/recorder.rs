@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::event::label;
 use super::families::{
     counter_labels, kind_labels, reason_labels, result_labels, traffic_labels, DeviceLabels,
     SkippedLabels,
@@ -282,7 +283,7 @@ impl ProbeRecorder {
             .peers
             .into_iter()
             .filter_map(|labels| {
-                let name = labels.iter().find(|(k, _)| k == "peer")?.1.clone();
+                let name = label(&labels, "peer")?.to_owned();
                 Some((name, labels))
             })
             .collect();

@@ -6,9 +6,9 @@
 # /metrics into FILE-NODE.txt at every phase boundary:
 #  1. clean: once every path has had a window of RTTs for a window (clean-start), one window on
 #     (clean);
-#  2. `netem delay 3ms` on node2's NIC: two windows on (delay); while the paths that do not cross
+#  2. `netem delay 10ms` on node2's NIC: two windows on (delay); while the paths that do not cross
 #     node2 moved by more than 1.5 ms between the clean and the delay window, both are measured
-#     again (at most three tries; node1 records each try's drift);
+#     again (at most four tries; node1 records each try's drift and larger move);
 #  3. cleared, one window on (recovered), then `netem loss 5%` on node2's NIC for four windows
 #     (loss-end): about 450 pings a path, so that a 2-10% bound on 5% loss is missed by chance
 #     about once in a thousand runs;
@@ -84,33 +84,39 @@ p50_ms() {
   awk -v peer="peer=\"$2\"" '/^rdma_probe_ping_rtt_seconds\{/ && index($1, peer) &&
     index($1, "percentile=\"50\"") { printf "%.3f", $2 * 1000 }' "$LAB_RUN/nodes/$1/$3-$1.txt"
 }
-# control_drift_ms: how far the medians of the two paths that do not cross node2 moved from the
-# clean to the delay window, on average (ms). Every node computes it from the same files.
-control_drift_ms() {
+# control_moves_ms: how far the medians of the two paths that do not cross node2 moved from the
+# clean to the delay window (ms): their average (the drift the test nets out), then the larger of
+# the two moves, as a magnitude. Every node computes them from the same files.
+control_moves_ms() {
   awk -v a="$(p50_ms node1 node3 clean)" -v b="$(p50_ms node1 node3 delay)" \
     -v c="$(p50_ms node3 node1 clean)" -v d="$(p50_ms node3 node1 delay)" \
-    'BEGIN { if (a == "" || b == "" || c == "" || d == "") print "nan"; else printf "%.2f", (b - a + d - c) / 2 }'
+    'function abs(x) { return x < 0 ? -x : x }
+     BEGIN { if (a == "" || b == "" || c == "" || d == "") { print "nan nan"; exit }
+       m = abs(b - a) > abs(d - c) ? abs(b - a) : abs(d - c)
+       printf "%.2f %.2f\n", (b - a + d - c) / 2, m }'
 }
-# 1-2. A clean window, then the delay: when the paths that do not cross node2 moved by more than
-#    1.5 ms between the two (the host's load changed, and with it every emulated CPU that stamps
-#    pings), the pair is measured again, at most three times. The test judges the last pair and
-#    fails if its control paths still moved that much; node1 records each try's drift.
-for try in 1 2 3; do
+# 1-2. A clean window, then the delay: when either path that does not cross node2 moved by more
+#    than 1.5 ms between the two (the host's load changed, and with it every emulated CPU that
+#    stamps pings), the pair is measured again, at most four times. The test judges the last pair
+#    and fails if a control path still moved that much (the bound this loop retries on is the
+#    test's); node1 records each try's drift and larger move.
+for try in 1 2 3 4; do
   lab_barrier "settled-$try" || exit 1
   scrape clean-start
   sleep $WINDOW
   scrape clean
   lab_barrier "clean-$try" || exit 1
-  [ "$LAB_NODE" = node2 ] && lab_netem delay 3ms
+  [ "$LAB_NODE" = node2 ] && lab_netem delay 10ms
   lab_barrier "delay-$try" || exit 1
   sleep $((2 * WINDOW))
   scrape delay
   lab_barrier "delayed-$try" || exit 1
   [ "$LAB_NODE" = node2 ] && lab_clear_faults
-  drift=$(control_drift_ms)
-  [ "$LAB_NODE" = node1 ] && lab_result "delay_try_${try}_control_drift_ms" "$drift"
-  awk -v d="$drift" 'BEGIN { exit !(d != "nan" && d >= -1.5 && d <= 1.5) }' && break
-  [ "$try" = 3 ] && break
+  read -r drift moved <<<"$(control_moves_ms)"
+  [ "$LAB_NODE" = node1 ] && lab_result "delay_try_${try}_control_drift_ms" "$drift" &&
+    lab_result "delay_try_${try}_control_moved_ms" "$moved"
+  awk -v m="$moved" 'BEGIN { exit !(m != "nan" && m <= 1.5) }' && break
+  [ "$try" = 4 ] && break
   # A window with no delayed ping left in it before the next clean window starts.
   sleep $WINDOW
 done

@@ -27,6 +27,15 @@ const JUDGED_LAST_SUCCESS: &str =
 const JUDGED_FAILED: &str =
     r#"rdma_probe_judged_bad_paths{device="rxe0",crossing="local",state="failed"}"#;
 
+/// The row of `peer`'s path judged failing (docs/metrics.md, "Judged paths"): its failures in a
+/// row, 0 while it lingers after; the peer's node name is its configured one.
+fn failed_row(peer: &str) -> String {
+    format!(
+        "rdma_probe_bad_path_in_a_row{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\",\
+         peer_node=\"{peer}\",peer_tor=\"\",crossing=\"local\",state=\"failed\"}}"
+    )
+}
+
 fn path(family: &str, peer: &str) -> String {
     format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\"}}")
 }
@@ -119,6 +128,13 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
             "{scrape}"
         );
         assert_eq!(s.get(JUDGED_FAILED), None, "{scrape}");
+        // Nor a failing row above 0 (one may linger at 0 from the peers' start).
+        for peer in NODES.iter().filter(|p| **p != node) {
+            assert!(
+                s.get(&failed_row(peer)).is_none_or(|n| *n == 0.0),
+                "{scrape}"
+            );
+        }
         assert_eq!(run.file(node, "readyz.txt").trim(), "ready");
         let status = run.file(node, "status.html");
         for peer in NODES.iter().filter(|p| **p != node) {
@@ -163,8 +179,17 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
             agrees,
             "{node}: {in_a_row} failures in a row to node3, judged failing: {failing:?}\n{scrape}"
         );
+        // While judged failing, the path has its row: the judgement's streak, the path's own
+        // count or (judged before that count's next failure was) one less.
+        let row = s.get(&failed_row("node3")).copied();
+        if failing == Some(1.0) {
+            assert!(
+                row.is_some_and(|n| n >= 3.0 && (n == in_a_row || n == in_a_row - 1.0)),
+                "{node}: judged failing with {in_a_row} failures in a row, row {row:?}\n{scrape}"
+            );
+        }
         eprintln!(
-            "{node}: node3 down -> {in_a_row} failures in a row, judged failing paths {failing:?}"
+            "{node}: node3 down -> {in_a_row} failures in a row, judged failing paths {failing:?}, its row {row:?}"
         );
         assert_eq!(result(&run, node, "outage_other_success"), "1", "{node}");
         assert_eq!(

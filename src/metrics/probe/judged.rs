@@ -15,9 +15,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::bad_rows::{BadRow, BadRowFamilies, BadRowLabels, BadRows};
 use super::event::label;
 use super::{PathLabels, ProbeRecord, ProbeResult};
-use crate::judge::{BadState, Criteria, PacedFigures, PathJudge, PingJudge, PingSample, Probe};
+use crate::judge::{
+    BadState, Criteria, PacedFigures, PathJudge, PingJudge, PingSample, Probe, Verdict,
+};
 use crate::metrics::PREFIX;
 use crate::ping::PingReports;
 use crate::prober::BurstKind;
@@ -57,11 +60,15 @@ pub struct JudgedFamilies {
     bad_paths: Family<StateLabels, Gauge>,
     last_success: Family<CrossingLabels, FloatGauge>,
     last_good: Family<CrossingLabels, FloatGauge>,
+    rows: BadRowFamilies,
 }
 
 impl JudgedFamilies {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let f = JudgedFamilies::default();
+        let f = JudgedFamilies {
+            rows: BadRowFamilies::register(registry),
+            ..JudgedFamilies::default()
+        };
         registry.register(
             format!("{PREFIX}_judged_paths"),
             "Paths of the device this node judges, by crossing (local: within its ToR or ToRs \
@@ -104,8 +111,10 @@ pub(super) struct JudgedPaths {
     families: JudgedFamilies,
     criteria: Criteria,
     own_tor: Option<String>,
-    peer_tors: BTreeMap<String, String>,
+    /// Each peer's node name (`peer_node`) and ToR, as `peer_info` shows them.
+    peers: BTreeMap<String, PeerFacts>,
     paths: BTreeMap<PathLabels, Judged>,
+    rows: BadRows,
     /// The (device, crossing) pairs the families show now, and their series.
     shown: BTreeSet<CrossingLabels>,
     series: usize,
@@ -117,8 +126,9 @@ impl JudgedPaths {
             families,
             criteria: Criteria::defaults(),
             own_tor: None,
-            peer_tors: BTreeMap::new(),
+            peers: BTreeMap::new(),
             paths: BTreeMap::new(),
+            rows: BadRows::default(),
             shown: BTreeSet::new(),
             series: 0,
         }
@@ -139,23 +149,15 @@ impl JudgedPaths {
         peers: &[Vec<(String, String)>],
     ) {
         self.own_tor = label(node, TOR_LABEL).map(str::to_owned);
-        self.peer_tors = peers
+        self.peers = peers
             .iter()
-            .filter_map(|labels| {
-                Some((
-                    label(labels, "peer")?.to_owned(),
-                    label(labels, TOR_LABEL)?.to_owned(),
-                ))
-            })
+            .filter_map(|labels| Some((label(labels, "peer")?.to_owned(), PeerFacts::of(labels))))
             .collect();
     }
 
     /// A peer's labels as it reported them replace its configured ones.
     pub(super) fn set_peer_labels(&mut self, peer: &str, labels: &[(String, String)]) {
-        match label(labels, TOR_LABEL) {
-            Some(tor) => self.peer_tors.insert(peer.to_owned(), tor.to_owned()),
-            None => self.peer_tors.remove(peer),
-        };
+        self.peers.insert(peer.to_owned(), PeerFacts::of(labels));
     }
 
     /// Judges a finished probe (a deferral is not one). `node_median_ratio` is taken over the
@@ -258,19 +260,42 @@ impl JudgedPaths {
     /// path's planned interval (a path out of the selection is never stale).
     pub(super) fn show(&mut self, now: f64, planned: impl Fn(&PathLabels) -> Option<f64>) {
         let mut tally: BTreeMap<CrossingLabels, Tally> = BTreeMap::new();
+        let mut rows: Vec<BadRow> = Vec::new();
+        let unknown = PeerFacts::default();
         for (path, judged) in &self.paths {
+            let peer = self.peers.get(&path.peer).unwrap_or(&unknown);
+            let crossing = crossing(self.own_tor.as_deref(), peer.tor.as_deref());
             let key = CrossingLabels {
                 device: path.device.clone(),
-                crossing: crossing(
-                    self.own_tor.as_deref(),
-                    self.peer_tors.get(&path.peer).map(String::as_str),
-                ),
+                crossing,
             };
+            let verdicts = judged.verdicts(&self.criteria, now, planned(path));
             tally
                 .entry(key)
                 .or_default()
-                .add(&self.criteria, judged, now, planned(path));
+                .add(&self.criteria, judged, &verdicts);
+            // A row for each way the path is counted bad above, never for a streak still short
+            // of `probes_bad`: a healthy fleet's passing slow burst leaves no series behind.
+            let counted = verdicts.iter().filter(|v| v.is_bad(&self.criteria));
+            rows.extend(counted.map(|v| BadRow {
+                path: path.clone(),
+                state: v.state,
+                labels: BadRowLabels {
+                    device: path.device.clone(),
+                    peer: path.peer.clone(),
+                    peer_device: path.peer_device.clone(),
+                    peer_node: peer.node.clone().unwrap_or_default(),
+                    peer_tor: peer.tor.clone().unwrap_or_default(),
+                    crossing,
+                    state: v.state.as_str(),
+                },
+                in_a_row: v.in_a_row.max(1),
+            }));
         }
+        let paths = &self.paths;
+        let shown_rows = self
+            .rows
+            .show(&self.families.rows, now, rows, |p| paths.contains_key(p));
         let f = &self.families;
         for gone in self.shown.iter().filter(|k| !tally.contains_key(*k)) {
             f.paths.remove(gone);
@@ -302,7 +327,7 @@ impl JudgedPaths {
             }
         }
         self.shown = tally.into_keys().collect();
-        self.series = series;
+        self.series = series + shown_rows;
     }
 
     /// The series the judged families show now.
@@ -321,15 +346,11 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, criteria: &Criteria, judged: &Judged, now: f64, planned: Option<f64>) {
+    fn add(&mut self, criteria: &Criteria, judged: &Judged, verdicts: &[Verdict]) {
         self.paths += 1;
         let b = &judged.bursts;
         self.last_success = self.last_success.max(b.last_success().unwrap_or(0.0));
         self.last_good = self.last_good.max(b.last_good().unwrap_or(0.0));
-        let mut verdicts = b.verdicts(criteria, now, planned.unwrap_or(f64::INFINITY));
-        if let Some(pings) = &judged.pings {
-            verdicts.extend(pings.verdicts(criteria));
-        }
         let states: BTreeSet<BadState> = verdicts
             .iter()
             .filter(|v| v.is_bad(criteria))
@@ -337,6 +358,36 @@ impl Tally {
             .collect();
         for state in states {
             *self.bad.entry(state).or_default() += 1;
+        }
+    }
+}
+
+impl Judged {
+    /// Every way the path is bad at `now`: its bursts' (stale only with a planned interval)
+    /// and its pings'.
+    fn verdicts(&self, criteria: &Criteria, now: f64, planned: Option<f64>) -> Vec<Verdict> {
+        let mut verdicts = self
+            .bursts
+            .verdicts(criteria, now, planned.unwrap_or(f64::INFINITY));
+        if let Some(pings) = &self.pings {
+            verdicts.extend(pings.verdicts(criteria));
+        }
+        verdicts
+    }
+}
+
+/// What the judge joins a peer's rows on.
+#[derive(Debug, Clone, Default)]
+struct PeerFacts {
+    node: Option<String>,
+    tor: Option<String>,
+}
+
+impl PeerFacts {
+    fn of(labels: &[(String, String)]) -> Self {
+        PeerFacts {
+            node: label(labels, "peer_node").map(str::to_owned),
+            tor: label(labels, TOR_LABEL).map(str::to_owned),
         }
     }
 }
@@ -492,6 +543,8 @@ mod tests {
         assert_eq!(value(&t, "judged_paths", "crossing=\"cross\""), Some(1.0));
         assert_eq!(bad(&t, "local", "failed"), None);
         assert_eq!(bad(&t, "cross", "slow"), None);
+        // Nor a row: a streak short of probes_bad leaves no series behind.
+        assert!(!t.contains("rdma_probe_bad_path_in_a_row{"), "{t}");
         recorder.apply_at(ProbeEvent::completed(path("b"), failure(T0 + 120.0)), at(2));
         recorder.apply_at(
             ProbeEvent::completed(path("c"), success(T0 + 120.0, 5e8)),
@@ -499,6 +552,13 @@ mod tests {
         );
         let t = text();
         assert_eq!(bad(&t, "local", "failed"), Some(1.0), "{t}");
+        // And its row, with what localisation joins on (b said no node name yet).
+        assert!(
+            t.contains(
+                r#"rdma_probe_bad_path_in_a_row{device="mlx5_0",peer="b",peer_device="mlx5_0",peer_node="",peer_tor="t1",crossing="local",state="failed"} 3"#
+            ),
+            "{t}"
+        );
         assert_eq!(bad(&t, "cross", "slow"), Some(1.0));
         assert_eq!(bad(&t, "cross", "failed"), None);
         // c succeeded, but slowly: never good.
@@ -519,6 +579,13 @@ mod tests {
         );
         let t = text();
         assert_eq!(bad(&t, "cross", "slow"), None);
+        // Its row stays, at 0, for a rule that reads it late.
+        assert!(
+            t.contains(
+                r#"rdma_probe_bad_path_in_a_row{device="mlx5_0",peer="c",peer_device="mlx5_0",peer_node="",peer_tor="t2",crossing="cross",state="slow"} 0"#
+            ),
+            "{t}"
+        );
         assert_eq!(
             value(
                 &t,

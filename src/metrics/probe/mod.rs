@@ -13,6 +13,7 @@
 //! - `recorder`: [`ProbeRecorder`], the one writer of the families and of the path table;
 //! - `snapshot`: the path table the status page reads ([`PathStatus`]).
 
+mod bad_rows;
 mod event;
 mod families;
 mod judged;

@@ -540,10 +540,10 @@ fn the_series_budget_sheds_traffic_then_derived_series_then_evicts_the_oldest_sa
         t.contains(r#"rdma_probe_success{device="mlx5_0",peer="b""#),
         "{t}"
     );
-    // 30 of a, b and f, 3 judged, and one more: every record here says it ended at 0 s, so
+    // 30 of a, b and f, 3 judged, and four more: every record here says it ended at 0 s, so
     // at 611 s the three paths, planned every 60 s, are stale
-    // (rdma_probe_judged_bad_paths{state="stale"}).
-    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(34.0));
+    // (rdma_probe_judged_bad_paths{state="stale"}, and a rdma_probe_bad_path_in_a_row row each).
+    assert_eq!(sample(&t, "rdma_probe_path_series"), Some(37.0));
     assert!(
         t.contains(
             r#"rdma_probe_judged_bad_paths{device="mlx5_0",crossing="local",state="stale"} 3"#

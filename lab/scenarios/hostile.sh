@@ -8,6 +8,10 @@
 # of its own probes succeeded during the attack. Last, 200 silent connections to node2's admin
 # port. node1 records every attack's exit status in `exits` (those of the stalls during the flood
 # in `stall-exits`), the test checks the list.
+# Before those, node1 is a host on the fabric without the key: examples/ud_flood.rs sends 10,000
+# datagrams of 1,000 bytes (20 times a ping's) to node2's ping QP, whose number node2 reads from
+# `rdma res show qp` (its exporter's one UD QP). node2 records its ping counters before and after
+# the attacks, and how often its exporter logged its ping QP reset.
 bin=rdma-probe-exporter
 hostile=hostile
 (umask 077 && echo "bGFiLWhvc3RpbGUtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
@@ -22,6 +26,20 @@ sessions() {
   curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_responder_sessions_total{") == 1 {
       match($0, /result="[a-z_]+"/); r = substr($0, RSTART + 8, RLENGTH - 9); n[r] += $2 }
     END { for (r in n) printf "%s=%d ", r, n[r] }' | sed 's/ $//'
+}
+# pings: node2's ping counters as "refused=N sent=N lost=N" (the last two of its path to node1).
+pings() {
+  curl -sS --max-time 5 "$url" | awk '
+    index($0, "rdma_probe_ping_refused_total{device=\"rxe0\"}") == 1 { r = $2 }
+    index($0, "rdma_probe_ping_sent_total{") == 1 && index($0, "peer=\"node1\"") { s = $2 }
+    index($0, "rdma_probe_ping_lost_total{") == 1 && index($0, "peer=\"node1\"") { l = $2 }
+    END { printf "refused=%d sent=%d lost=%d", r, s, l }'
+}
+# ping_qpn PID: the number of the UD QP process PID made on rxe0 (its ping QP), or nothing.
+ping_qpn() {
+  rdma -j res show qp link rxe0/1 2>/dev/null | python3 -c 'import json, sys
+qps = [q for q in json.load(sys.stdin) if q.get("type") == "UD" and q.get("pid") == int(sys.argv[1])]
+print(qps[0]["lqpn"] if len(qps) == 1 else "")' "$1"
 }
 successes() {
   curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_runs_total{") == 1 && index($0, "peer=\"node1\"") && index($0, "result=\"success\"") {s += $2} END {print s + 0}'
@@ -58,6 +76,10 @@ EOF
     sleep 1
     lab_result baseline "$(process $pid)"
     lab_result sessions_before "$(sessions)"
+    qpn=$(ping_qpn $pid)
+    [ -n "$qpn" ] || { rdma res show qp >&2; fail "no ping QP of the exporter in rdma res show qp"; }
+    echo "$qpn" >ping-qpn
+    lab_result pings_before "$(pings)"
     lab_signal ready
     lab_wait_signal node1 attack-start 300 || fail "node1 never attacked"
     ok_start=$(successes)
@@ -77,6 +99,8 @@ EOF
     ok_before_end=$(successes)
     sleep 4
     lab_result own_schedule_after "success_after=$(($(successes) - ok_before_end))"
+    lab_result pings_after "$(pings)"
+    lab_result ping_qp_resets "$(grep -c 'ping QP in the error state' exporter.log)"
     curl -sS --max-time 5 "$url" >metrics.txt
     lab_signal done
     kill -TERM $pid
@@ -100,6 +124,9 @@ EOF
     probe() { $bin probe "$target" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 --duration 200ms; }
     lab_signal attack-start
     t0=$SECONDS
+    ud_flood --to "$(lab_addr node2)" --qpn "$(cat "$LAB_RUN/nodes/node2/ping-qpn")" \
+      --size 1000 --count 10000 >ud-flood.json 2>ud-flood.err
+    lab_result ud_flood_exit "$?"
     attack random --count 24
     attack oversize --count 24
     attack truncated --count 24

@@ -45,7 +45,17 @@ pub const PING_QKEY: u32 = 0x7264_7061;
 const RECVS: usize = 256;
 /// Sends in flight at most (pings and answers); a ping due with none free waits its next turn.
 const SENDS: usize = 256;
-const SLOT: usize = GRH_LEN + PACKET_LEN;
+/// The longest datagram a UD QP can receive: one packet of the largest MTU InfiniBand and RoCE
+/// have. A receive slot takes it whole behind its GRH, so nothing a host on the fabric sends to
+/// the ping QP, with the key or without it, is too long for a slot (docs/security.md, "What the
+/// pre-shared key protects").
+const MAX_DATAGRAM: usize = 4096;
+/// A receive slot: the GRH and any datagram.
+const RECV_SLOT: usize = GRH_LEN + MAX_DATAGRAM;
+/// A ping packet as a receive holds it: its GRH, then the packet.
+const PING_RECEIVED: usize = GRH_LEN + PACKET_LEN;
+// 4096 bytes: the largest path MTU (IBV_MTU_4096), so the longest payload of a UD datagram.
+const _: () = assert!(RECV_SLOT >= GRH_LEN + 4096 && PING_RECEIVED <= RECV_SLOT);
 const POLL_BATCH: usize = 32;
 /// The most probers' keys a device answers with; the one unused longest makes room.
 const MAX_ANSWERERS: usize = 4096;
@@ -73,9 +83,12 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
     let (cq, clock) = completion_queue(&ctx)?;
     let mut qp = pd.create_ud_qp(&cq, RECVS.max(SENDS) as u32)?;
     qp.activate(port, 0, PING_QKEY, 0)?;
-    let mr = pd.register((RECVS + SENDS) * SLOT, RemoteAccess::Receives)?;
+    let mr = pd.register(
+        RECVS * RECV_SLOT + SENDS * PACKET_LEN,
+        RemoteAccess::Receives,
+    )?;
     for slot in 0..RECVS {
-        qp.post_recv(&mr, slot * SLOT, SLOT as u32, slot as u64)?;
+        qp.post_recv(&mr, recv_offset(slot), RECV_SLOT as u32, slot as u64)?;
     }
     let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
     let qpn = qp.qpn();
@@ -246,8 +259,40 @@ fn keep_rtt(rtts: &mut Vec<Duration>, answer: Answer) {
     }
 }
 
+fn recv_offset(slot: usize) -> usize {
+    slot * RECV_SLOT
+}
+
 fn send_offset(slot: usize) -> usize {
-    (RECVS + slot) * SLOT
+    RECVS * RECV_SLOT + slot * PACKET_LEN
+}
+
+/// What a receive completion brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Received {
+    /// A datagram of a ping packet's length: read, and its slot posted again.
+    Packet,
+    /// Anything else the QP took, or a receive that completed in error while the QP stayed up
+    /// (what a host without the key can cause): counted refused, its slot posted again.
+    Refused,
+    /// The QP is in the error state (its receives flushed): reset and brought up again.
+    QpFailed,
+}
+
+/// Classifies a receive completion of `status` and `byte_len`; `qp_in_error` asks the device,
+/// only for an error that is not a flush.
+fn received(status: WcStatus, byte_len: u32, qp_in_error: impl FnOnce() -> bool) -> Received {
+    if status.is_success() {
+        if byte_len as usize == PING_RECEIVED {
+            Received::Packet
+        } else {
+            Received::Refused
+        }
+    } else if status != WcStatus::WrFlushErr && !qp_in_error() {
+        Received::Refused
+    } else {
+        Received::QpFailed
+    }
 }
 
 impl<K: Ord + Clone> Engine<K> {
@@ -505,30 +550,46 @@ impl<K: Ord + Clone> Engine<K> {
     fn on_completion(&mut self, c: &Completion) -> Result<(), VerbsError> {
         let now = self.now();
         let slot = c.wr_id as usize;
-        if !c.status.is_success() {
-            // The QP is in the error state now: every receive posted to it would complete at
-            // once, flushed. Brought up again after this batch.
-            let on = if slot >= RECVS { "send" } else { "receive" };
-            self.failed.get_or_insert((c.status, on));
-            return Ok(());
-        }
         if slot >= RECVS {
+            if !c.status.is_success() {
+                // The QP is in the error state now: every receive posted to it would complete
+                // at once, flushed. Brought up again after this batch.
+                self.failed.get_or_insert((c.status, "send"));
+                return Ok(());
+            }
             return self.on_sent(slot - RECVS, c.timestamp, now);
         }
-        let at = slot * SLOT;
-        let packet: Option<[u8; PACKET_LEN]> = (c.byte_len as usize == SLOT).then(|| {
-            let mut bytes = [0u8; PACKET_LEN];
-            bytes.copy_from_slice(&self.mr.as_slice()[at + GRH_LEN..at + SLOT]);
-            bytes
-        });
-        self.qp.post_recv(&self.mr, at, SLOT as u32, c.wr_id)?;
-        let stamp = self.clock.stamp(c.timestamp, nanos(now));
-        match packet {
-            Some(bytes) if bytes[5] == 1 => self.answer(&bytes, c.src_qp, stamp, now)?,
-            Some(bytes) => self.take_answer(&bytes, c.src_qp, stamp, now),
-            None => self.refused += 1,
+        // A device that cannot say is taken to have failed the QP: a reset is always safe.
+        let qp = &self.qp;
+        match received(c.status, c.byte_len, || qp.in_error_state().unwrap_or(true)) {
+            Received::QpFailed => {
+                self.failed.get_or_insert((c.status, "receive"));
+                Ok(())
+            }
+            Received::Refused => {
+                self.refused += 1;
+                self.post_recv(slot)
+            }
+            Received::Packet => {
+                let at = recv_offset(slot) + GRH_LEN;
+                let mut bytes = [0u8; PACKET_LEN];
+                bytes.copy_from_slice(&self.mr.as_slice()[at..at + PACKET_LEN]);
+                self.post_recv(slot)?;
+                let stamp = self.clock.stamp(c.timestamp, nanos(now));
+                if bytes[5] == 1 {
+                    self.answer(&bytes, c.src_qp, stamp, now)
+                } else {
+                    self.take_answer(&bytes, c.src_qp, stamp, now);
+                    Ok(())
+                }
+            }
         }
-        Ok(())
+    }
+
+    /// Posts receive slot `slot` again.
+    fn post_recv(&mut self, slot: usize) -> Result<(), VerbsError> {
+        self.qp
+            .post_recv(&self.mr, recv_offset(slot), RECV_SLOT as u32, slot as u64)
     }
 
     /// Resets the QP that went into the error state and brings it up again, same QP number:
@@ -563,8 +624,7 @@ impl<K: Ord + Clone> Engine<K> {
         }
         self.qp.activate(self.port, 0, PING_QKEY, 0)?;
         for slot in 0..RECVS {
-            self.qp
-                .post_recv(&self.mr, slot * SLOT, SLOT as u32, slot as u64)?;
+            self.post_recv(slot)?;
         }
         Ok(())
     }
@@ -746,5 +806,49 @@ impl<K: Ord + Clone> Engine<K> {
             paths,
         });
         self.next_report = now + self.settings.interval;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_is_a_packet_only_at_a_ping_packets_length() {
+        let up = || false;
+        assert_eq!(
+            received(WcStatus::Success, PING_RECEIVED as u32, up),
+            Received::Packet
+        );
+        // A host without the key sending what it likes: refused, the QP untouched.
+        for len in [0, GRH_LEN, PING_RECEIVED - 1, PING_RECEIVED + 1, RECV_SLOT] {
+            assert_eq!(
+                received(WcStatus::Success, len as u32, up),
+                Received::Refused,
+                "{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_qp_in_the_error_state_is_reset() {
+        // A receive that completed in error on a QP still up (a datagram longer than its
+        // slot, say) is refused and its slot posted again: resetting there would drop every
+        // ping in flight for what one stranger sent.
+        assert_eq!(
+            received(WcStatus::LocLenErr, 0, || false),
+            Received::Refused
+        );
+        assert_eq!(
+            received(WcStatus::LocLenErr, 0, || true),
+            Received::QpFailed
+        );
+        // A flush means the QP is down: no need to ask.
+        assert_eq!(
+            received(WcStatus::WrFlushErr, 0, || panic!("asked")),
+            Received::QpFailed
+        );
+        // A success never asks either.
+        received(WcStatus::Success, 0, || panic!("asked"));
     }
 }

@@ -16,8 +16,11 @@ use rdma_mummy_sys::{
     ibv_qp_state, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr_opcode, ud_t,
 };
 use sideway::ibverbs::device_context::DeviceContext;
-use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair as _, QueuePairType};
+use sideway::ibverbs::queue_pair::{
+    BasicQueuePair, QueuePair as _, QueuePairAttributeMask, QueuePairState, QueuePairType,
+};
 
+use super::device::error_chain;
 use super::error::{Resource, Result, VerbsError};
 use super::qp::QpCaps;
 use super::resources::{CompletionQueue, MemoryRegion, ProtectionDomain};
@@ -165,6 +168,21 @@ impl UdQueuePair {
             });
         }
         Ok(())
+    }
+
+    /// Whether the device holds the QP in the error state now. A completion in error does not
+    /// always put a UD QP there (a receive too short for its datagram may complete alone), and
+    /// only a QP in the error state needs [`Self::reset`].
+    pub fn in_error_state(&self) -> Result<bool> {
+        let qpn = self.qpn();
+        let (attr, _) =
+            self.qp
+                .query(QueuePairAttributeMask::State)
+                .map_err(|e| VerbsError::Query {
+                    qpn,
+                    detail: error_chain(&e),
+                })?;
+        Ok(attr.state() == QueuePairState::Error)
     }
 
     /// Back to RESET: the queues are emptied without completions (a QP in the error state

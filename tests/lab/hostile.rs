@@ -3,7 +3,10 @@
 //! once among them, while node2's exporter keeps probing node1 on its schedule. Checks that
 //! node2 survives, counts each hostile connection exactly once under a refusal, keeps its
 //! descriptors, threads and memory bounded, that its own probes keep succeeding, and that a
-//! valid probe from node1 succeeds during the flood and right after it.
+//! valid probe from node1 succeeds during the flood and right after it. First, node1 floods
+//! node2's ping QP with 10,000 datagrams of 1,000 bytes, as a host on the fabric without the key
+//! can (examples/ud_flood.rs): node2 counts those that arrived refused and never resets its ping
+//! QP for them, and its pings to node1 go on being answered.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +43,24 @@ const ATTACKS: [&str; 7] = [
     "absurd",
 ];
 const DURING_THE_FLOOD: [&str; 5] = ["flood", "stall", "stall", "stall", "stall"];
+
+/// Whether node2 took the flood of oversized datagrams as it should: most of them (the NIC may
+/// drop some while every receive is taken) counted refused, its ping QP never reset for them
+/// (the log line a reset writes, counted), and its pings to node1 sent and answered on, with at
+/// most one of them lost over the attacks.
+fn datagrams_refused_and_pinging_on(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    resets_logged: &str,
+) -> bool {
+    let rise = |k: &str| {
+        after
+            .get(k)
+            .unwrap_or(&0)
+            .saturating_sub(*before.get(k).unwrap_or(&0))
+    };
+    rise("refused") >= 5_000 && resets_logged == "0" && rise("sent") >= 5 && rise("lost") <= 1
+}
 
 /// Checks that every attack ran to its end and reported: each exit status, and the attacks of
 /// the reports exactly (an attack that died without a report would otherwise drop out of both
@@ -122,6 +143,28 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
     eprintln!(
         "admin port flood: {}",
         run.file("node1", "http-flood.jsonl")
+    );
+
+    // The datagrams of a host without the key: refused, the ping QP never reset.
+    assert_eq!(
+        attacker["ud_flood_exit"],
+        "0",
+        "{}",
+        run.file("node1", "ud-flood.err")
+    );
+    let flood: serde_json::Value = serde_json::from_str(&run.file("node1", "ud-flood.json"))
+        .unwrap_or_else(|e| panic!("ud_flood's report: {e}"));
+    assert_eq!(flood["sent"], 10_000, "{flood}");
+    assert_eq!(flood["failed"], 0, "{flood}");
+    let (pings_before, pings_after) = (
+        fields(&target["pings_before"]),
+        fields(&target["pings_after"]),
+    );
+    eprintln!("node2's pings: before {pings_before:?}, after {pings_after:?}; ud_flood {flood}");
+    assert!(
+        datagrams_refused_and_pinging_on(&pings_before, &pings_after, &target["ping_qp_resets"]),
+        "before {pings_before:?}, after {pings_after:?}, ping QP resets logged: {}",
+        target["ping_qp_resets"]
     );
 
     // Every hostile connection counted once, under a refusal; no hostile session accepted.
@@ -212,4 +255,45 @@ fn an_attack_that_dies_without_a_report_fails_the_check() {
     )));
     let _ = std::fs::remove_dir_all(&run.dir);
     let _ = std::fs::remove_dir_all(&died.dir);
+}
+
+/// The datagram flood's check on synthetic counters: passes as node2 should take it; fails on a
+/// ping QP reset for the datagrams, on datagrams not counted, and on pings stopped or lost.
+#[test]
+fn the_datagram_flood_check_fails_on_a_reset_or_lost_pings() {
+    let counts = |refused: u64, sent: u64, lost: u64| -> BTreeMap<String, u64> {
+        [("refused", refused), ("sent", sent), ("lost", lost)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+    };
+    let before = counts(3, 40, 0);
+    assert!(datagrams_refused_and_pinging_on(
+        &before,
+        &counts(10_003, 60, 1),
+        "0"
+    ));
+    // The QP reset for what a stranger sent (the engine before receive slots took any
+    // datagram): the log line counts.
+    assert!(!datagrams_refused_and_pinging_on(
+        &before,
+        &counts(10_003, 60, 0),
+        "1"
+    ));
+    // The datagrams not counted, the pings stopped, or lost.
+    assert!(!datagrams_refused_and_pinging_on(
+        &before,
+        &counts(103, 60, 0),
+        "0"
+    ));
+    assert!(!datagrams_refused_and_pinging_on(
+        &before,
+        &counts(10_003, 42, 0),
+        "0"
+    ));
+    assert!(!datagrams_refused_and_pinging_on(
+        &before,
+        &counts(10_003, 60, 3),
+        "0"
+    ));
 }

@@ -201,7 +201,11 @@ pub static PAIR: SharedBoot = SharedBoot {
         "bench.sh",
         "faults.sh",
     ],
-    bins: &[EXPORTER, "target/release/examples/hostile"],
+    bins: &[
+        EXPORTER,
+        "target/release/examples/hostile",
+        "target/release/examples/ud_flood",
+    ],
     timeout_s: 6300,
 };
 

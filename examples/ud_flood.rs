@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use rdma_probe_exporter::ping::PING_QKEY;
 use rdma_probe_exporter::verbs::{Completion, Context, RemoteAccess, Route, VerbsError};
 use serde_json::{json, Value};
 
@@ -44,7 +45,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     sgid_index: u8,
     /// The Q_Key the datagrams carry: by default the ping QPs' ("rdpa").
-    #[arg(long, default_value_t = 0x7264_7061)]
+    #[arg(long, default_value_t = PING_QKEY)]
     qkey: u32,
 }
 

@@ -88,7 +88,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
         RemoteAccess::Receives,
     )?;
     for slot in 0..RECVS {
-        qp.post_recv(&mr, recv_offset(slot), RECV_SLOT as u32, slot as u64)?;
+        post_recv_slot(&mut qp, &mr, slot)?;
     }
     let seed = u64::from(qp.qpn()) ^ (u64::from(std::process::id()) << 24);
     let qpn = qp.qpn();
@@ -261,6 +261,11 @@ fn keep_rtt(rtts: &mut Vec<Duration>, answer: Answer) {
 
 fn recv_offset(slot: usize) -> usize {
     slot * RECV_SLOT
+}
+
+/// Posts receive slot `slot` of `mr` (the receive slots come first) to `qp`.
+fn post_recv_slot(qp: &mut UdQueuePair, mr: &MemoryRegion, slot: usize) -> Result<(), VerbsError> {
+    qp.post_recv(mr, recv_offset(slot), RECV_SLOT as u32, slot as u64)
 }
 
 fn send_offset(slot: usize) -> usize {
@@ -588,8 +593,7 @@ impl<K: Ord + Clone> Engine<K> {
 
     /// Posts receive slot `slot` again.
     fn post_recv(&mut self, slot: usize) -> Result<(), VerbsError> {
-        self.qp
-            .post_recv(&self.mr, recv_offset(slot), RECV_SLOT as u32, slot as u64)
+        post_recv_slot(&mut self.qp, &self.mr, slot)
     }
 
     /// Resets the QP that went into the error state and brings it up again, same QP number:

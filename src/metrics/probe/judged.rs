@@ -269,15 +269,15 @@ impl JudgedPaths {
                 device: path.device.clone(),
                 crossing,
             };
+            // The ways the path is counted bad, never a streak still short of `probes_bad`:
+            // tallied per crossing, and a row each (a passing slow burst leaves no series).
             let verdicts = judged.verdicts(&self.criteria, now, planned(path));
-            tally
-                .entry(key)
-                .or_default()
-                .add(&self.criteria, judged, &verdicts);
-            // A row for each way the path is counted bad above, never for a streak still short
-            // of `probes_bad`: a healthy fleet's passing slow burst leaves no series behind.
-            let counted = verdicts.iter().filter(|v| v.is_bad(&self.criteria));
-            rows.extend(counted.map(|v| BadRow {
+            let counted: Vec<&Verdict> = verdicts
+                .iter()
+                .filter(|v| v.is_bad(&self.criteria))
+                .collect();
+            tally.entry(key).or_default().add(judged, &counted);
+            rows.extend(counted.into_iter().map(|v| BadRow {
                 path: path.clone(),
                 state: v.state,
                 labels: BadRowLabels {
@@ -346,16 +346,13 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, criteria: &Criteria, judged: &Judged, verdicts: &[Verdict]) {
+    /// Counts a path, bad the ways `counted` says.
+    fn add(&mut self, judged: &Judged, counted: &[&Verdict]) {
         self.paths += 1;
         let b = &judged.bursts;
         self.last_success = self.last_success.max(b.last_success().unwrap_or(0.0));
         self.last_good = self.last_good.max(b.last_good().unwrap_or(0.0));
-        let states: BTreeSet<BadState> = verdicts
-            .iter()
-            .filter(|v| v.is_bad(criteria))
-            .map(|v| v.state)
-            .collect();
+        let states: BTreeSet<BadState> = counted.iter().map(|v| v.state).collect();
         for state in states {
             *self.bad.entry(state).or_default() += 1;
         }

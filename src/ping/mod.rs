@@ -14,6 +14,8 @@
 //! - [`path`]: a prober's pings of one path: outstanding pings, answers, losses at the timeout,
 //!   and the quantiles of a sliding window.
 //!
+//! - `receive`: what a receive slot holds and what a receive completion means (a packet,
+//!   refused, or a QP to reset).
 //! - [`schedule`]: when each target is pinged (interval, jitter, the device's rate cap) and how
 //!   long it stays a target.
 //!
@@ -25,6 +27,7 @@ pub mod engine;
 pub mod packet;
 pub mod path;
 pub mod pinger;
+mod receive;
 pub mod schedule;
 
 pub use engine::PING_QKEY;

@@ -11,17 +11,34 @@ LAB_RUN=${LAB_RUN:-/mnt}
 # lab_result KEY VALUE: records a result line for the test that runs the scenario.
 lab_result() { echo "$1=$2" >>"$LAB_DIR/results"; }
 
+# Waiting costs no process: under full emulation every process a guest starts costs it about
+# 0.1 s of CPU, curl and python3 about 2 s (lab/README.md, "Waiting in a guest"), and a node
+# polling with them takes the host CPU that the other nodes' emulation needs. The helpers below
+# poll with bash alone; a scenario's own loops should too.
+# lab_nap SECONDS: sleeps in bash itself (a read that times out on a FIFO nobody writes; the
+# guests have no /dev/fd for a process substitution); `sleep` where the FIFO cannot be made.
+lab_nap_fifo=/tmp/lab-nap.$$.$RANDOM
+if mkfifo "$lab_nap_fifo" && exec {lab_nap_fd}<>"$lab_nap_fifo"; then
+  rm -f "$lab_nap_fifo"
+  lab_nap() { read -r -t "$1" -u "$lab_nap_fd" _ || true; }
+else
+  echo "lab/guest/lib.sh: no FIFO at $lab_nap_fifo: lab_nap starts sleep" >&2
+  lab_nap() { sleep "$1"; }
+fi
+
 # lab_barrier NAME [TIMEOUT_S]: waits until every node reached the barrier (default 180 s).
 lab_barrier() {
   local name=$1 limit=${2:-180} start=$SECONDS
   mkdir -p "$LAB_RUN/barriers/$name"
   touch "$LAB_RUN/barriers/$name/$LAB_NODE"
-  while [ "$(ls "$LAB_RUN/barriers/$name" | wc -l)" -lt "$LAB_NODES" ]; do
+  local arrived=("$LAB_RUN/barriers/$name"/*)
+  while [ "${#arrived[@]}" -lt "$LAB_NODES" ]; do
     if [ $((SECONDS - start)) -ge "$limit" ]; then
       echo "lab_barrier $name: timed out after ${limit}s" >&2
       return 1
     fi
-    sleep 0.2
+    lab_nap 0.2
+    arrived=("$LAB_RUN/barriers/$name"/*)
   done
 }
 
@@ -30,7 +47,7 @@ lab_wait_port() {
   local host=$1 port=$2 limit=${3:-60} start=$SECONDS
   until timeout 2 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; do
     [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_port $host:$port: timed out" >&2; return 1; }
-    sleep 0.2
+    lab_nap 0.2
   done
 }
 
@@ -39,7 +56,7 @@ lab_wait_file() {
   local path=$1 limit=${2:-120} start=$SECONDS
   until [ -e "$path" ]; do
     [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_file $path: timed out" >&2; return 1; }
-    sleep 0.2
+    lab_nap 0.2
   done
 }
 
@@ -79,10 +96,22 @@ lab_stop_node() {
 # (a stock ib_write_bw server accepts exactly one connection: a probe connect would consume it).
 lab_wait_listening() {
   local port=$1 limit=${2:-60} start=$SECONDS
-  until ss -Hltn "sport = :$port" | grep -q .; do
+  until lab_listening "$port"; do
     [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_listening $port: timed out" >&2; return 1; }
-    sleep 0.1
+    lab_nap 0.1
   done
+}
+# lab_listening PORT: a local TCP socket listens on PORT (state 0A in /proc/net/tcp or tcp6).
+lab_listening() {
+  local want table address state
+  printf -v want ':%04X' "$1"
+  for table in /proc/net/tcp /proc/net/tcp6; do
+    [ -r "$table" ] || continue
+    while read -r _ address _ state _; do
+      [ "$state" = 0A ] && [ "${address: -5}" = "$want" ] && return 0
+    done <"$table"
+  done
+  return 1
 }
 
 # lab_start_responder [ARGS...]: this node's responder on the lab port with the scenario's key
@@ -106,7 +135,7 @@ lab_wait_for() {
       [ -f exporter.log ] && tail -n 30 exporter.log >&2
       return 1
     fi
-    sleep 0.5
+    lab_nap 0.5
   done
 }
 lab_signal() { touch "$LAB_RUN/nodes/$LAB_NODE/signal-$1"; }
@@ -171,11 +200,57 @@ lab_messages_for() {
   awk -v r="$1" -v s="$2" -v z="${3:-65536}" 'BEGIN { n = int(r * 1e6 / 8 * s / z); print (n < 10 ? 10 : n) }'
 }
 
+# HTTP on this node without curl (see lab_nap): lab_get URL prints what `curl -sS --max-time 5
+# URL` prints, the body (HTTP/1.0 through bash's /dev/tcp, so the server closes after it).
+# Exit status as curl's: 0 for a 2xx answer, 22 for another (the body is printed all the same),
+# 7 when nothing listens, 28 when no answer comes within 5 s. A URL on another node
+# (http://ADDRESS:PORT/..., which may be powered off: bash's connect has no time limit) goes to
+# curl itself. lab_http_code URL prints the status code alone (000 when nothing answers);
+# lab_ok URL: the answer is a 2xx.
+lab_get() {
+  local url=$1 rest authority path fd status line
+  case $url in
+    http://127.0.0.1:*) ;;
+    *) curl -sS --max-time 5 --fail-with-body "$url"; return ;;
+  esac
+  rest=${url#http://}
+  authority=${rest%%/*}
+  path=${rest#"$authority"}
+  exec {fd}<>"/dev/tcp/127.0.0.1/${authority#*:}" || { echo "lab_get: nothing listens on $authority" >&2; return 7; }
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "${path:-/}" "$authority" >&"$fd"
+  if ! read -r -t 5 _ status _ <&"$fd"; then
+    exec {fd}<&-
+    echo "lab_get: no answer from $url within 5 s" >&2
+    return 28
+  fi
+  while read -r -t 5 line <&"$fd" && [ -n "${line%$'\r'}" ]; do :; done
+  timeout 5 cat <&"$fd"
+  exec {fd}<&-
+  [[ $status == 2?? ]] || return 22
+}
+lab_http_code() {
+  local url=$1 rest authority path fd status=000
+  case $url in
+    http://127.0.0.1:*) ;;
+    *) curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url"; return 0 ;;
+  esac
+  rest=${url#http://}
+  authority=${rest%%/*}
+  path=${rest#"$authority"}
+  if exec {fd}<>"/dev/tcp/127.0.0.1/${authority#*:}"; then
+    printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "${path:-/}" "$authority" >&"$fd"
+    read -r -t 5 _ status _ <&"$fd" || status=000
+    exec {fd}<&-
+  fi 2>/dev/null
+  echo "$status"
+}
+lab_ok() { [[ $(lab_http_code "$1") == 2?? ]]; }
+
 # lab_wait_metric URL SERIES MIN [TIMEOUT_S]: waits until the sample of SERIES (the exact series
 # text, labels included) scraped from URL is at least MIN. For waiting on an event the scenario
 # cannot see directly (a session set up on a peer) instead of sleeping a guessed time.
 # The local exporter's /metrics, at $url when the scenario sets it (else the default port).
-lab_scrape() { curl -sS --max-time 5 "${url:-http://127.0.0.1:9587}/metrics"; }
+lab_scrape() { lab_get "${url:-http://127.0.0.1:9587}/metrics"; }
 # lab_value SERIES: the sample of the exact series (labels included); empty when absent.
 lab_value() { lab_scrape | awk -v s="$1" 'index($0, s " ") == 1 { print $2; exit }'; }
 # lab_is SERIES N / lab_at_least SERIES N: the series is present and equals / is at least N.
@@ -189,9 +264,9 @@ lab_above() { [ "$(lab_sum "$1" "$2")" -gt "$3" ]; }
 lab_wait_metric() {
   local url=$1 series=$2 min=$3 limit=${4:-120} start=$SECONDS value
   while :; do
-    value=$(curl -sS --max-time 5 "$url" 2>/dev/null | awk -v s="$series" 'index($0, s " ") == 1 {print $2; exit}')
+    value=$(lab_get "$url" 2>/dev/null | awk -v s="$series" 'index($0, s " ") == 1 {print $2; exit}')
     [ -n "$value" ] && awk -v v="$value" -v m="$min" 'BEGIN {exit !(v >= m)}' && return 0
     [ $((SECONDS - start)) -ge "$limit" ] && { echo "lab_wait_metric: $series stayed below $min at $url" >&2; return 1; }
-    sleep 0.2
+    lab_nap 0.5
   done
 }

@@ -204,7 +204,7 @@ EOF
       } >exporter.yaml.new && mv exporter.yaml.new exporter.yaml
     }
     # runs: every burst the exporter ran so far (every result).
-    runs() { curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_runs_total{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }
+    runs() { lab_get "$url/metrics" | awk 'index($0, "rdma_probe_runs_total{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }
     # scrapes FILE: SCRAPES scrapes of /metrics 50 ms apart, each on a new connection (as curl
     # would), each one's time from connect to the last byte a line of FILE. One process for all
     # of them: starting a process costs the emulated guest more than a scrape.
@@ -229,16 +229,16 @@ PY
     # settled: true once no burst ran for 8 s.
     settled() {
       local before
-      before=$(runs); sleep 8; [ "$(runs)" = "$before" ]
+      before=$(runs); lab_nap 8; [ "$(runs)" = "$before" ]
     }
     # A fresh exporter with the doorbell shim (4): every path every 5 s, bursts back to back.
     exporter_config 5s 100%
     LD_PRELOAD="$LAB_DOORBELL_SO" DOORBELL_CPU_OUT="$PWD/exporter.nic" \
       NODE_NAME=node1 $bin run --config exporter.yaml >exporter.log 2>&1 &
     exporter=$!
-    all_up() { [ "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 10 ]; }
+    all_up() { [ "$(lab_get "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 10 ]; }
     lab_wait_for "every path succeeded once" 300 all_up || exit 1
-    lab_result cost_paths "$(curl -sS --max-time 5 "$url/metrics" | grep -c '^rdma_probe_success{')"
+    lab_result cost_paths "$(lab_get "$url/metrics" | grep -c '^rdma_probe_success{')"
     # Idle: every path's interval to 1 h; each runs the probe it was already due for, then none.
     exporter_config 1h 100%
     lab_wait_for "no burst for 8 s after the interval went to 1 h" 120 settled || exit 1
@@ -272,7 +272,7 @@ PY
       local name=$1 seconds=$2 runs0 runs1 workers
       runs0=$(runs)
       snapshot "cpu-$name-start.txt"
-      sleep "$seconds"
+      lab_nap "$seconds"
       snapshot "cpu-$name-end.txt"
       runs1=$(runs)
       lab_result "${name}_bursts" $((runs1 - runs0))
@@ -343,12 +343,12 @@ print("n=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f" % (len(v), p(0.5), p(0.99), v[-
     # 30 s ± 10% after its last: a window of one interval from 12 s on holds every path's, a
     # shorter one can fall between them.
     exporter_config 30s 25%
-    sleep 12
+    lab_nap 12
     cpu_window idle "$((IDLE_SECONDS > 30 ? IDLE_SECONDS : 30))"
     lab_result idle_rss_kib "$(awk '/^VmRSS/ { print $2 }' /proc/$exporter/status)"
     lab_result idle_hwm_kib "$(awk '/^VmHWM/ { print $2 }' /proc/$exporter/status)"
     lab_result idle_life_bursts "$(runs)"
-    lab_result idle_failures "$(curl -sS --max-time 5 "$url/metrics" | awk 'index($0, "rdma_probe_errors_total{") == 1 { s += $2 } END { printf "%.0f\n", s }')"
+    lab_result idle_failures "$(lab_get "$url/metrics" | awk 'index($0, "rdma_probe_errors_total{") == 1 { s += $2 } END { printf "%.0f\n", s }')"
     kill -TERM "$exporter"; wait "$exporter"
     lab_result cost_exporter_exit "$?"
     lab_result idle_doorbells "$(cat exporter.nic 2>/dev/null || echo "0 0")"

@@ -24,7 +24,7 @@ case $LAB_NODE in
       "src host $(lab_addr node1) and udp dst port 4791 and (udp[8] == 0x09 or udp[8] == 0x0b)" \
       >closing-writes.txt 2>tcpdump.err &
     capture=$!
-    sleep 1
+    lab_nap 1
     lab_signal capturing
     lab_wait_signal node1 done 900
     kill $capture 2>/dev/null; wait $capture
@@ -70,7 +70,7 @@ EOC
     exporter=$!
     runs='rdma_probe_runs_total{device="rxe0",peer="node2",peer_device="rxe0",result="success"}'
     lab_wait_metric http://127.0.0.1:9587/metrics "$runs" 4 120 || { cat exporter.log; exit 1; }
-    curl -sS --max-time 10 http://127.0.0.1:9587/metrics >capacity-metrics.txt
+    lab_get http://127.0.0.1:9587/metrics >capacity-metrics.txt
     echo "capacity-metrics exit=$?" >>exits
     kill -TERM $exporter; wait $exporter; echo "exporter exit=$?" >>exits
     lab_clear_faults

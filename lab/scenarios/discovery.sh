@@ -76,7 +76,7 @@ if [ "$LAB_NODE" = node1 ]; then
 fi
 lab_wait_for "peers.lab resolves" 120 getent ahostsv4 peers.lab >/dev/null || { cat "$LAB_RUN/nodes/node1/dnsmasq.log"; exit 1; }
 start_exporter
-lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_wait_for "/readyz 200" 60 lab_ok "$url/readyz" || exit 1
 lab_barrier exporters-up
 
 if [ "$LAB_NODE" = node1 ]; then
@@ -113,7 +113,7 @@ if [ "$LAB_NODE" = node1 ]; then
   t_dns=$(date +%s.%N)
   lab_wait_for "DNS errors counted" 60 lab_at_least "rdma_probe_discovery_errors_total{$dns_source}" 1 || exit 1
   lab_result dns_error_seconds "$(since "$t_dns")"
-  sleep $((forget_after + 5))
+  lab_nap $((forget_after + 5))
   runs_before=$(sum rdma_probe_runs_total node3)
   lab_wait_for "node3 still probed" 30 above rdma_probe_runs_total node3 "$runs_before" || exit 1
   lab_scrape >metrics-dns-down.txt

@@ -75,14 +75,14 @@ others() { for n in node1 node2 node3; do [ "$n" != "$LAB_NODE" ] && echo "$n"; 
 # 1. All up.
 write_config
 start_exporter
-lab_wait_for "/readyz 200" 60 curl -sf -o /dev/null --max-time 3 "$url/readyz" || exit 1
+lab_wait_for "/readyz 200" 60 lab_ok "$url/readyz" || exit 1
 lab_barrier exporters-up
 t0=$SECONDS
 for p in $(others); do lab_wait_for "success 1 for $p" 120 lab_is "$(success "$p")" 1 || exit 1; done
 lab_result all_up_seconds $((SECONDS - t0))
 lab_scrape >metrics-all-up.txt
 curl -sS --max-time 5 "$url/" >status.html
-curl -sS --max-time 5 "$url/readyz" >readyz.txt
+lab_get "$url/readyz" >readyz.txt
 lab_barrier all-up
 
 # 2. node3's exporter stops and comes back.
@@ -128,7 +128,7 @@ if [ "$LAB_NODE" = node1 ]; then
   lab_result good_post_status "$(curl -s -o reload-good.txt -w '%{http_code}' -X POST -H 'X-Rdma-Probe-Reload: 1' "$url/-/reload")"
   lab_wait_for "config_reload_success 1" 30 lab_is rdma_probe_config_reload_success 1 || exit 1
   kill -HUP "$exporter_pid"
-  sleep 2
+  lab_nap 2
   lab_result alive_after_sighup "$(kill -0 "$exporter_pid" 2>/dev/null && echo yes || echo no)"
   lab_result sighup_logged "$(grep -c 'SIGHUP: reloading' exporter.log)"
   lab_wait_for "node2 probed again" 60 lab_is "$(success node2)" 1 || exit 1
@@ -168,7 +168,7 @@ if [ "$LAB_NODE" = node1 ]; then
   long_burst_running() {
     local n
     n=$(in_flight) || return 1
-    sleep 0.7
+    lab_nap 0.7
     [ "$(in_flight)" = "$n" ]
   }
   lab_wait_for "a long burst to node2 running" 60 long_burst_running || exit 1

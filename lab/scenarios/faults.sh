@@ -23,7 +23,7 @@ case $LAB_NODE in
     lab_link_down
     lab_result link_down "$(reach)"
     lab_link_up
-    sleep 1
+    lab_nap 1
     lab_result link_up "$(reach)"
     lab_signal checks-done
     lab_stop_node node2 || exit 1
@@ -31,6 +31,6 @@ case $LAB_NODE in
     ;;
   node2)
     lab_wait_signal node1 checks-done 300
-    sleep 600 # stopped by node1 long before this ends
+    lab_nap 600 # stopped by node1 long before this ends
     ;;
 esac

@@ -18,18 +18,23 @@ hostile=hostile
 url=http://127.0.0.1:9587/metrics
 
 # process PID: "fds=N threads=N rss_kib=N".
+# Sampled every 0.25 s during the attacks: bash alone (lab/guest/lib.sh, lab_nap).
 process() {
-  echo "fds=$(ls "/proc/$1/fd" | wc -l) threads=$(awk '/^Threads:/ {print $2}' "/proc/$1/status") rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
+  local fds=("/proc/$1/fd/"*) key value threads= rss=
+  while read -r key value _; do
+    case $key in Threads:) threads=$value ;; VmRSS:) rss=$value ;; esac
+  done <"/proc/$1/status"
+  echo "fds=${#fds[@]} threads=$threads rss_kib=$rss"
 }
 # sessions: the responder's sessions_total as "result=N ..." (all devices together).
 sessions() {
-  curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_responder_sessions_total{") == 1 {
+  lab_get "$url" | awk 'index($0, "rdma_probe_responder_sessions_total{") == 1 {
       match($0, /result="[a-z_]+"/); r = substr($0, RSTART + 8, RLENGTH - 9); n[r] += $2 }
     END { for (r in n) printf "%s=%d ", r, n[r] }' | sed 's/ $//'
 }
 # pings: node2's ping counters as "refused=N sent=N lost=N" (the last two of its path to node1).
 pings() {
-  curl -sS --max-time 5 "$url" | awk '
+  lab_get "$url" | awk '
     index($0, "rdma_probe_ping_refused_total{device=\"rxe0\"}") == 1 { r = $2 }
     index($0, "rdma_probe_ping_sent_total{") == 1 && index($0, "peer=\"node1\"") { s = $2 }
     index($0, "rdma_probe_ping_lost_total{") == 1 && index($0, "peer=\"node1\"") { l = $2 }
@@ -42,7 +47,7 @@ qps = [q for q in json.load(sys.stdin) if q.get("type") == "UD" and q.get("pid")
 print(qps[0]["lqpn"] if len(qps) == 1 else "")' "$1"
 }
 successes() {
-  curl -sS --max-time 5 "$url" | awk 'index($0, "rdma_probe_runs_total{") == 1 && index($0, "peer=\"node1\"") && index($0, "result=\"success\"") {s += $2} END {print s + 0}'
+  lab_get "$url" | awk 'index($0, "rdma_probe_runs_total{") == 1 && index($0, "peer=\"node1\"") && index($0, "result=\"success\"") {s += $2} END {print s + 0}'
 }
 
 case $LAB_NODE in
@@ -73,7 +78,7 @@ EOF
     fail() { echo "$1" >&2; tail -n 30 exporter.log >&2; lab_signal ready; lab_signal done; exit 1; }
     lab_wait_metric "$url" "rdma_probe_runs_total{device=\"rxe0\",peer=\"node1\",peer_device=\"rxe0\",result=\"success\"}" 1 120 ||
       fail "node2's own schedule never succeeded"
-    sleep 1
+    lab_nap 1
     lab_result baseline "$(process $pid)"
     lab_result sessions_before "$(sessions)"
     qpn=$(ping_qpn $pid)
@@ -86,22 +91,22 @@ EOF
     t0=$SECONDS
     while [ ! -e "$LAB_RUN/nodes/node1/signal-attack-done" ] && [ $((SECONDS - t0)) -lt 300 ]; do
       process $pid >>samples.txt
-      sleep 0.25
+      lab_nap 0.25
     done
     ok_end=$(successes)
     lab_result own_schedule "success_during=$((ok_end - ok_start)) attack_seconds=$((SECONDS - t0))"
     lab_result peak "$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[2] > m[kv[1]]) m[kv[1]] = kv[2] } }
       END { printf "fds=%d threads=%d rss_kib=%d samples=%d", m["fds"], m["threads"], m["rss_kib"], NR }' samples.txt)"
-    sleep 3
+    lab_nap 3
     lab_result after "$(process $pid)"
     lab_result sessions_after "$(sessions)"
     kill -0 $pid && lab_result alive yes
     ok_before_end=$(successes)
-    sleep 4
+    lab_nap 4
     lab_result own_schedule_after "success_after=$(($(successes) - ok_before_end))"
     lab_result pings_after "$(pings)"
     lab_result ping_qp_resets "$(grep -c 'ping QP in the error state' exporter.log)"
-    curl -sS --max-time 5 "$url" >metrics.txt
+    lab_get "$url" >metrics.txt
     lab_signal done
     kill -TERM $pid
     wait $pid
@@ -141,12 +146,12 @@ EOF
     stalls=$!
     until grep -q "connections made" flood.err; do
       kill -0 $flood 2>/dev/null || break
-      sleep 0.1
+      lab_nap 0.1
     done
     cat flood.err
     # Once the responder has worked through the queued connections: the stalled ones still hold
     # every handshake place, and the flood's connections are still open on this side.
-    sleep 1
+    lab_nap 1
     probe >probe-during.json
     lab_result probe_during_exit "$?"
     wait $flood

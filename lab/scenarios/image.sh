@@ -85,8 +85,9 @@ in_pod() {
 
 in_pod rdma-probe-exporter run --config /etc/rdma-probe/config/config.yaml >exporter.log 2>&1 &
 pid=$!
-ready() { curl -sf -o /dev/null --max-time 3 "$url/readyz"; }
-for _ in $(seq 120); do ready && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+ready() { lab_ok "$url/readyz"; }
+start=$SECONDS
+until ready || [ $((SECONDS - start)) -ge 180 ]; do kill -0 $pid 2>/dev/null || break; lab_nap 0.5; done
 ready || { echo "the exporter from the image is not ready" >&2; cat exporter.log >&2; exit 1; }
 
 # Who runs, with what: the exporter is the child of setpriv's exec chain, i.e. $pid itself.
@@ -103,18 +104,18 @@ lab_result getcap "$(chroot "$R" getcap /usr/local/bin/rdma-probe-exporter)"
 
 other=$([ "$LAB_NODE" = node1 ] && echo node2 || echo node1)
 success="rdma_probe_success{device=\"rxe0\",peer=\"$other\",peer_device=\"rxe0\"}"
-up() { curl -sS --max-time 5 "$url/metrics" | grep -qxF "$success 1"; }
+up() { lab_get "$url/metrics" | grep -qxF "$success 1"; }
 start=$SECONDS
 until up; do
   if [ $((SECONDS - start)) -ge 120 ] || ! kill -0 $pid 2>/dev/null; then
     echo "no success for $other" >&2; tail -n 30 exporter.log >&2; exit 1
   fi
-  sleep 0.5
+  lab_nap 0.5
 done
 lab_result up_seconds $((SECONDS - start))
-curl -sS --max-time 5 "$url/metrics" >metrics.txt
-curl -sS --max-time 5 "$url/healthz" >healthz.txt
-curl -sS --max-time 5 "$url/readyz" >readyz.txt
+lab_get "$url/metrics" >metrics.txt
+lab_get "$url/healthz" >healthz.txt
+lab_get "$url/readyz" >readyz.txt
 lab_barrier both-up 240 || exit 1
 
 if [ "$LAB_NODE" = node1 ]; then
@@ -138,7 +139,7 @@ if [ "$LAB_NODE" = node1 ]; then
         --psk-file /tmp/psk --duration 1s --rate-limit 20Mbps --qp-timeout 17 --json >"$out" 2>"$out.err"
       local rc=$?
       grep -q '"deferred"' "$out" || return $rc
-      sleep 1
+      lab_nap 1
     done
     return $rc
   }

@@ -29,7 +29,7 @@ process() {
   for _ in $(seq 20); do
     fds=$(ls "/proc/$1/fd" | wc -l)
     [ -z "$fewest" ] || [ "$fds" -lt "$fewest" ] && fewest=$fds
-    sleep 0.1
+    lab_nap 0.1
   done
   echo "fds=$fewest threads=$2 rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")"
 }
@@ -58,7 +58,7 @@ idle_threads() {
   local fewest now t0=$SECONDS
   fewest=$(other_threads "$1")
   while [ $((SECONDS - t0)) -lt "$2" ] && { [ -z "${3:-}" ] || [ "$fewest" -gt "$3" ]; }; do
-    sleep 0.5
+    lab_nap 0.5
     now=$(other_threads "$1")
     [ "$now" -lt "$fewest" ] && fewest=$now
   done
@@ -120,12 +120,12 @@ EOF
     cp /tmp/leaks-probing.yaml /tmp/leaks.yaml
     kill -HUP $pid
     series() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"node2\",peer_device=\"rxe0\",result=\"$1\"}"; }
-    count() { curl -sS --max-time 5 "$url" | awk -v s="$(series "$1")" 'index($0, s " ") == 1 {print $2}'; }
-    errors() { curl -sS --max-time 5 "$url" | awk -v r="reason=\"$1\"" 'index($0, "rdma_probe_errors_total{") == 1 && index($0, r) {s += $2} END {print s + 0}'; }
+    count() { lab_get "$url" | awk -v s="$(series "$1")" 'index($0, s " ") == 1 {print $2}'; }
+    errors() { lab_get "$url" | awk -v r="reason=\"$1\"" 'index($0, "rdma_probe_errors_total{") == 1 && index($0, r) {s += $2} END {print s + 0}'; }
     fail() { echo "$1" >&2; tail -n 30 exporter.log >&2; kill $pid; lab_signal done; exit 1; }
 
     lab_wait_metric "$url" "$(series success)" 20 120 || fail "no warm session"
-    sleep 1
+    lab_nap 1
     lab_result baseline "$(resources) $(process $pid "$idle_before")"
     lab_result threads_probing_at_baseline "$(threads $pid)"
     lab_signal warm
@@ -149,21 +149,21 @@ EOF
     t0=$SECONDS
     until [ "$(errors port_down)" -ge 1 ]; do
       [ $((SECONDS - t0)) -ge 30 ] && { lab_link_up; fail "no port_down within 30 s"; }
-      sleep 0.2
+      lab_nap 0.2
     done
     lab_result port_down_seconds $((SECONDS - t0))
-    sleep 3
+    lab_nap 3
     lab_result port_down_errors "$(errors port_down)"
     lab_link_up
     ok=$(count success)
     t0=$SECONDS
     lab_wait_metric "$url" "$(series success)" $((ok + 20)) 120 || fail "no recovery after link up"
     lab_result link_up_recovery_seconds $((SECONDS - t0))
-    sleep 1
+    lab_nap 1
     # Counted now, with its threads counted idle below.
     end_resources="$(resources) $(process $pid @)"
     lab_result threads_probing_at_end "$(threads $pid)"
-    curl -sS --max-time 5 "$url" >metrics.txt
+    lab_get "$url" >metrics.txt
     lab_result totals "success=$(count success) failure=$(count failure)"
     cp /tmp/leaks-idle.yaml /tmp/leaks.yaml
     kill -HUP $pid

@@ -45,7 +45,7 @@ case $LAB_NODE in
       # The server left waiting when node1 is done is stopped (its status is not a probe's).
       while kill -0 $pid 2>/dev/null; do
         [ -e "$LAB_RUN/nodes/node1/signal-exporter-done" ] && { kill $pid; break; }
-        sleep 0.2
+        lab_nap 0.2
       done
       wait $pid
       echo "$n $?" >>loop-rc.txt
@@ -165,7 +165,7 @@ EOF
       lab_signal exporter-done
       exit 1
     fi
-    curl -sS --max-time 5 "$url" >exporter-metrics.txt
+    lab_get "$url" >exporter-metrics.txt
     kill -TERM $exporter
     wait $exporter
     lab_result exporter_exit "$?"

@@ -14,8 +14,8 @@
 #     about once in a thousand runs;
 #  4. cleared, then node2's exporter restarts: node1 and node3 scrape fifteen times
 #     (restart-N), a second apart, to see their pings to node2 answered again;
-#  5. node2 is powered off: node1 and node3 scrape ten times (off-N), 0.5 s apart, to see every
-#     ping to node2 lost.
+#  5. node2 is powered off: node1 and node3 scrape ten times (off-N), a second apart, to see
+#     every ping to node2 lost.
 #  6. node1 runs stock ib_write_lat and `probe --ping` to node3, one after the other;
 #  7. node1 pings node3 200 times a second for 10 s (`probe --ping`), the rate of 1,000 paths
 #     pinged every 5 s: what it costs node3's ping thread, which answers, and the probe.
@@ -51,7 +51,7 @@ start_exporter() {
   $bin run --config /tmp/exporter.yaml >>exporter.log 2>&1 &
   exporter=$!
 }
-ready() { curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9587/readyz; }
+ready() { lab_ok http://127.0.0.1:9587/readyz; }
 start_exporter
 # scrape NAME: this node's /metrics into NAME-NODE.txt, between lines with the time (ms) before
 # and after it.
@@ -60,11 +60,12 @@ start_exporter
 scrape() {
   {
     echo "# scrape_start_ms $(date +%s%3N)"
-    curl -sS --max-time 5 http://127.0.0.1:9587/metrics
+    lab_scrape
     echo "# scrape_end_ms $(date +%s%3N)"
+    local task comm stat
     for task in /proc/"$exporter"/task/*; do
-      [ "$(cat "$task/comm" 2>/dev/null)" = ping-rxe0 ] &&
-        awk '{print "# ping_thread_ticks", $14, $15}' "$task/stat"
+      read -r comm <"$task/comm" 2>/dev/null && [ "$comm" = ping-rxe0 ] &&
+        read -r -a stat <"$task/stat" && echo "# ping_thread_ticks ${stat[13]} ${stat[14]}"
     done
   } >"$1-$LAB_NODE.txt"
 }
@@ -78,7 +79,7 @@ lab_barrier windows || exit 1
 # One more window, so that the clean one starts after every session's setup.
 [ "$LAB_NODE" = node1 ] &&
   lab_result icmp_rtt_ms "$(ping -c 20 -i 0.2 -q "$(lab_addr node2)" | awk -F/ '/^rtt/ {print $5}')"
-sleep $WINDOW
+lab_nap $WINDOW
 # p50_ms NODE PEER PHASE: the median RTT (ms) of NODE's path to PEER in its scrape PHASE.
 p50_ms() {
   awk -v peer="peer=\"$2\"" '/^rdma_probe_ping_rtt_seconds\{/ && index($1, peer) &&
@@ -103,12 +104,12 @@ control_moves_ms() {
 for try in 1 2 3 4; do
   lab_barrier "settled-$try" || exit 1
   scrape clean-start
-  sleep $WINDOW
+  lab_nap $WINDOW
   scrape clean
   lab_barrier "clean-$try" || exit 1
   [ "$LAB_NODE" = node2 ] && lab_netem delay 10ms
   lab_barrier "delay-$try" || exit 1
-  sleep $((2 * WINDOW))
+  lab_nap $((2 * WINDOW))
   scrape delay
   lab_barrier "delayed-$try" || exit 1
   [ "$LAB_NODE" = node2 ] && lab_clear_faults
@@ -118,13 +119,13 @@ for try in 1 2 3 4; do
   awk -v m="$moved" 'BEGIN { exit !(m != "nan" && m <= 1.5) }' && break
   [ "$try" = 4 ] && break
   # A window with no delayed ping left in it before the next clean window starts.
-  sleep $WINDOW
+  lab_nap $WINDOW
 done
-sleep $WINDOW
+lab_nap $WINDOW
 scrape recovered
 lab_barrier recovered || exit 1
 [ "$LAB_NODE" = node2 ] && lab_netem loss 5%
-sleep $((4 * WINDOW))
+lab_nap $((4 * WINDOW))
 scrape loss-end
 lab_barrier lossy || exit 1
 [ "$LAB_NODE" = node2 ] && lab_clear_faults
@@ -146,7 +147,7 @@ case $LAB_NODE in
     date +%s%3N >"restart-start-$LAB_NODE"
     for n in $(seq 15); do
       scrape "restart-$n"
-      sleep 1
+      lab_nap 1
     done
     ;;
 esac
@@ -158,14 +159,15 @@ case $LAB_NODE in
     ;;
   node3) lab_wait_signal node1 stopped 60 || exit 1 ;;
   node2)
-    sleep 600 # powered off meanwhile
+    lab_nap 600 # powered off meanwhile
     ;;
 esac
-# Ten scrapes after the power cut; off-start-NODE has the time the first began (ms).
+# Ten scrapes after the power cut, a second apart, the first a second after it (a ping's
+# timeout is 500 ms); off-start-NODE has the time the runner said node2 was off (ms).
 date +%s%3N >"off-start-$LAB_NODE"
 for n in $(seq 10); do
+  lab_nap 1
   scrape "off-$n"
-  sleep 0.5
 done
 # 6. Side by side on node1's link to node3: stock ib_write_lat (1000 round trips of 2 bytes;
 #    it prints half the round trip) and `probe --ping 1000 --ping-interval 10ms` to node3's

@@ -33,6 +33,6 @@ $bin run --config /tmp/exporter.yaml >exporter.log 2>&1 &
 exporter=$!
 lab_wait_metric http://127.0.0.1:9587/metrics 'rdma_probe_port_up{device="rxe0",port="1"}' 1 60 \
   || { cat exporter.log; exit 1; }
-curl -sS --max-time 10 http://127.0.0.1:9587/metrics >metrics.txt; echo "metrics exit=$?" >>exits
+lab_get http://127.0.0.1:9587/metrics >metrics.txt; echo "metrics exit=$?" >>exits
 kill -TERM $exporter; wait $exporter; echo "exporter exit=$?" >>exits
 cat exits

@@ -23,7 +23,7 @@ case $LAB_NODE in
     # A second address on the same NIC, added after the responder chose its GID (node2's first
     # address): a control connection to it reaches a responder whose RDMA address is elsewhere.
     ip addr add "$(second_addr)/24" dev "$LAB_NIC" || exit 1
-    sleep 1
+    lab_nap 1
     lab_signal responder-up
     lab_wait_signal node1 done 600
     kill -TERM %1
@@ -65,7 +65,7 @@ case $LAB_NODE in
     # session up (the 4th accepted; under load setup takes 0.3-2 s), then into its 8 s burst.
     lab_wait_metric "http://$(lab_addr node2):9587/metrics" \
       'rdma_probe_responder_sessions_total{device="rxe0",result="accepted"}' 4 60 || exit 1
-    sleep 2
+    lab_nap 2
     probe --messages 10 >busy.json; echo "busy exit=$?" >>exits
     wait $long; echo "long exit=$?" >>exits
     # The responder's counters and process metrics, as Prometheus would scrape them.

@@ -7,7 +7,7 @@ case $LAB_NODE in
     $bin responder --listen 0.0.0.0:18516 --device rxe0 --psk-file /tmp/psk >responder.log 2>&1 &
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
-    sleep 600 # powered off by node1 long before this ends
+    lab_nap 600 # powered off by node1 long before this ends
     ;;
   node1)
     lab_wait_signal node2 responder-up || exit 1
@@ -15,7 +15,7 @@ case $LAB_NODE in
     $bin probe "$(lab_addr node2):18516" --device rxe0 --psk-file /tmp/psk --json \
       --duration 60s --rate-limit 10Mbps --timeout 5s >loss.json &
     probe=$!
-    sleep 3
+    lab_nap 3
     stopped=$(date +%s.%N)
     lab_stop_node node2 || exit 1
     wait $probe

@@ -22,14 +22,15 @@ case $LAB_NODE in
     lab_wait_listening 18516 || { cat responder.log; exit 1; }
     lab_signal responder-up
     lab_wait_signal node1 probes-done 900 || exit 1
-    readyz() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://127.0.0.1:9587/readyz; }
+    readyz() { lab_http_code http://127.0.0.1:9587/readyz; }
     lab_result readyz_before "$(readyz)"
     lab_link_down
-    sleep 8 # the port is re-read every 5 s
+    lab_nap 8 # the port is re-read every 5 s
     lab_result readyz_link_down "$(readyz)"
     lab_result port_state_down "$(cat /sys/class/infiniband/rxe0/ports/1/state)"
     lab_link_up
-    for _ in $(seq 1 30); do [ "$(readyz)" = 200 ] && break; sleep 1; done
+    start=$SECONDS
+    until [ "$(readyz)" = 200 ] || [ $((SECONDS - start)) -ge 60 ]; do lab_nap 1; done
     lab_result readyz_link_up "$(readyz)"
     lab_signal checks-done
     kill -TERM %1; wait %1

@@ -30,14 +30,14 @@ case $LAB_NODE in
     start=$SECONDS
     until grep -q "session ended" responder.log; do
       [ $((SECONDS - start)) -ge 90 ] && { echo "the session never ended"; cat responder.log; exit 1; }
-      sleep 0.2
+      lab_nap 0.2
     done
     ended=$(date +%s.%N)
     lab_result session_ended_after_seconds "$(awk -v a="$ended" -v b="$stopped" 'BEGIN {printf "%.2f", a - b}')"
     grep "session ended" responder.log | head -1
     $bin probe 127.0.0.1:18516 --device rxe0 --psk-file /tmp/psk --json --messages 20 >after.json
     echo "after exit=$?" >>exits
-    curl -sS --max-time 10 http://127.0.0.1:9587/metrics >responder-metrics.txt
+    lab_get http://127.0.0.1:9587/metrics >responder-metrics.txt
     cat exits after.json
     kill -TERM %1; wait
     ;;

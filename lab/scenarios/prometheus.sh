@@ -29,9 +29,8 @@ prom=http://127.0.0.1:9090
 
 NODE_NAME=$LAB_NODE $bin run --config "$files/lab.yaml" >exporter.log 2>&1 &
 exporter=$!
-ready() { curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9587/readyz; }
-for _ in $(seq 120); do ready && break; sleep 0.5; done
-ready || { cat exporter.log; exit 1; }
+ready() { lab_ok http://127.0.0.1:9587/readyz; }
+lab_wait_for "the exporter ready" 120 ready || { cat exporter.log; exit 1; }
 
 now() { date +%s.%N; }
 # phase NAME: records this node's clock (node1's is Prometheus's) for the test.
@@ -42,12 +41,29 @@ phase() {
   printf -v "$1" %s "$t"
 }
 
-# count PROMQL: how many series an instant query returns (-1 when Prometheus does not answer).
+# urlencode TEXT: TEXT as a URL's query value.
+urlencode() {
+  local text=$1 i c out=
+  for ((i = 0; i < ${#text}; i++)); do
+    c=${text:i:1}
+    case $c in
+      [A-Za-z0-9._~-]) out+=$c ;;
+      *) printf -v c '%%%02X' "'$c"; out+=$c ;;
+    esac
+  done
+  echo "$out"
+}
+# count PROMQL: how many series an instant query returns (-1 when Prometheus does not answer):
+# the result's objects, each with one "metric" (polled every second: bash alone, see lab_nap).
 count() {
-  curl -sS --max-time 10 -G "$prom/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
-    python3 -c 'import json,sys
-try: print(len(json.load(sys.stdin)["data"]["result"]))
-except Exception: print(-1)'
+  local body n=0
+  body=$(lab_get "$prom/api/v1/query?query=$(urlencode "$1")" 2>/dev/null) &&
+    [[ $body == '{"status":"success"'* ]] || { echo -1; return; }
+  while [[ $body == *'"metric":'* ]]; do
+    body=${body#*'"metric":'}
+    n=$((n + 1))
+  done
+  echo "$n"
 }
 # wait_count DESCRIPTION TIMEOUT_S PROMQL N: until the query returns N series.
 wait_count() {
@@ -58,7 +74,7 @@ wait_count() {
       curl -sS --max-time 10 "$prom/api/v1/alerts" >&2
       return 1
     fi
-    sleep 1
+    lab_nap 1
   done
   echo "$(date +%T) $what ($((SECONDS - start)) s)"
 }
@@ -86,14 +102,14 @@ EOF
     --web.listen-address=127.0.0.1:9090 --log.level=warn >prometheus.log 2>&1 &
   prometheus=$!
   local start=$SECONDS
-  until curl -sf -o /dev/null --max-time 3 "$prom/-/ready"; do
+  until lab_ok "$prom/-/ready"; do
     [ $((SECONDS - start)) -ge 120 ] && { echo "prometheus not ready after 120 s" >&2; cat prometheus.log >&2; return 1; }
-    sleep 1
+    lab_nap 1
   done
   lab_result prometheus_ready_seconds $((SECONDS - start))
 }
 
-hold() { sleep $((HOLD_INTERVALS * INTERVAL_SECONDS)); }
+hold() { lab_nap $((HOLD_INTERVALS * INTERVAL_SECONDS)); }
 
 # Alertmanager with the shipped configuration (its receivers' URLs are this receiver's).
 start_alertmanager() {
@@ -106,9 +122,9 @@ start_alertmanager() {
     --web.listen-address=127.0.0.1:9093 --cluster.listen-address= --log.level=warn >alertmanager.log 2>&1 &
   alertmanager=$!
   local start=$SECONDS
-  until curl -sf -o /dev/null --max-time 3 http://127.0.0.1:9093/-/ready; do
+  until lab_ok http://127.0.0.1:9093/-/ready; do
     [ $((SECONDS - start)) -ge 60 ] && { echo "alertmanager not ready after 60 s" >&2; cat alertmanager.log >&2; return 1; }
-    sleep 1
+    lab_nap 1
   done
 }
 # wait_notification WHAT TIMEOUT_S: until a firing notification arrives after this call.
@@ -121,7 +137,7 @@ wait_notification() {
       curl -sS --max-time 10 "$prom/api/v1/alerts" >&2
       return 1
     fi
-    sleep 1
+    lab_nap 1
   done
   echo "$(date +%T) notification of $what ($((SECONDS - start)) s)"
 }
@@ -137,7 +153,7 @@ node1)
 
   # 1. Clean.
   phase clean_start
-  sleep "$CLEAN_SECONDS"
+  lab_nap "$CLEAN_SECONDS"
   phase clean_end
 
   # 2. A rate cap on node2.

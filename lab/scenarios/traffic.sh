@@ -14,7 +14,7 @@ serve() {
   responder=$!
   lab_wait_listening 18516 || { cat responder.log; exit 1; }
 }
-scrape() { curl -sS --max-time 10 http://127.0.0.1:9587/metrics >"$1.txt"; echo "$1 exit=$?" >>exits; }
+scrape() { lab_get http://127.0.0.1:9587/metrics >"$1.txt"; echo "$1 exit=$?" >>exits; }
 runs() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"$1\",peer_device=\"rxe0\",result=\"success\"}"; }
 # wait_runs N: until node1's exporter has N successful bursts on each path.
 wait_runs() {
@@ -89,7 +89,7 @@ EOC
     ib_write_bw -d rxe0 -x 1 -D 40 "$(lab_addr node1)" >perftest-client.txt 2>&1 &
     perftest=$!
     # Into its measured part (perftest's -D counts the middle of the run).
-    sleep 3
+    lab_nap 3
     lab_signal background-running
     wait $perftest; echo "perftest exit=$?" >>exits
     lab_signal background-done

@@ -79,6 +79,7 @@ fn run(pings: u64) -> Figures {
                 Clock::software(),
                 Duration::from_secs(1),
                 Duration::from_secs(60),
+                0,
             )
         })
         .collect();

@@ -11,7 +11,8 @@
 # Before those, node1 is a host on the fabric without the key: examples/ud_flood.rs sends 10,000
 # datagrams of 1,000 bytes (20 times a ping's) to node2's ping QP, whose number node2 reads from
 # `rdma res show qp` (its exporter's one UD QP). node2 records its ping counters before and after
-# the attacks, and how often its exporter logged its ping QP reset.
+# the attacks, and how often its exporter logged its ping QP reset. Then node1 replays its own
+# pings to node2, captured on its NIC: node2 answers each once and refuses the copies.
 bin=rdma-probe-exporter
 hostile=hostile
 (umask 077 && echo "bGFiLWhvc3RpbGUtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
@@ -132,6 +133,61 @@ EOF
     ud_flood --to "$(lab_addr node2)" --qpn "$(cat "$LAB_RUN/nodes/node2/ping-qpn")" \
       --size 1000 --count 10000 >ud-flood.json 2>ud-flood.err
     lab_result ud_flood_exit "$?"
+    # A replayer: node1's own pings to node2 (`probe --ping`, whose key node2 holds), captured
+    # as they leave this node's NIC and sent again byte for byte, 20 times each, a millisecond
+    # apart (source, tag and ICRC all valid). node2 must answer each ping once and refuse the
+    # copies; its counters are read over HTTP before and after.
+    node2_pings() {
+      lab_get "http://$(lab_addr node2):9587/metrics" | awk '
+        index($0, "rdma_probe_ping_refused_total{device=\"rxe0\"}") == 1 { r = $2 }
+        index($0, "rdma_probe_ping_answered_total{device=\"rxe0\"}") == 1 { a = $2 }
+        END { printf "refused=%d answered=%d", r, a }'
+    }
+    lab_result replay_before "$(node2_pings)"
+    # It captures from when it says so (replay.ready) until told to stop (replay.stop).
+    python3 - "$LAB_NIC" "$(lab_addr node2)" 20 >replay.json 2>replay.err <<'REPLAY' &
+import json, os, socket, struct, sys, time
+nic, to, copies = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind((nic, 0))
+s.settimeout(0.2)
+open("replay.ready", "w").close()
+frames, end = [], time.time() + 120
+while time.time() < end and not os.path.exists("replay.stop"):
+    try:
+        frame, addr = s.recvfrom(65535)
+    except socket.timeout:
+        continue
+    # Outgoing IPv4 to node2, UDP to 4791 (RoCE v2), BTH opcode UD SEND only (0x64), a 48-byte
+    # payload (after the DETH, before the ICRC) whose kind byte says ping (1).
+    if addr[2] != socket.PACKET_OUTGOING or frame[12:14] != b"\x08\x00":
+        continue
+    ip = 14 + (frame[14] & 0x0F) * 4
+    if frame[23] != 17 or socket.inet_ntoa(frame[30:34]) != to:
+        continue
+    if struct.unpack("!H", frame[ip + 2:ip + 4])[0] != 4791 or frame[ip + 8] != 0x64:
+        continue
+    payload = frame[ip + 8 + 12 + 8:-4]
+    if len(payload) == 48 and payload[5] == 1:
+        frames.append(frame)
+sent = 0
+for frame in frames:
+    for _ in range(copies):
+        s.send(frame)
+        sent += 1
+        time.sleep(0.001)
+print(json.dumps({"captured": len(frames), "sent": sent}))
+REPLAY
+    replayer=$!
+    lab_wait_file replay.ready 60 || exit 1
+    $bin probe "$target" --device rxe0 --psk-file /tmp/psk --qp-timeout 17 --duration 200ms \
+      --ping 50 --ping-interval 20ms --json >replay-probe.json 2>replay-probe.err
+    lab_result replay_probe_exit "$?"
+    touch replay.stop
+    wait $replayer
+    lab_result replay_exit "$?"
+    lab_nap 2
+    lab_result replay_after "$(node2_pings)"
     attack random --count 24
     attack oversize --count 24
     attack truncated --count 24

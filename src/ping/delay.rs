@@ -377,7 +377,7 @@ mod tests {
                 // The prober posts (engine: `on_posted` at the CPU's time).
                 let now = |t: u64| Duration::from_nanos(cpu(t));
                 let (p_clock, r_clock) = (prober.clock(), responder.clock());
-                let mut path = PathPings::new(p_clock, Duration::from_secs(1), Duration::from_secs(60));
+                let mut path = PathPings::new(p_clock, Duration::from_secs(1), Duration::from_secs(60), 0);
                 let seq = path.on_posted(now(0), cpu(0));
                 let ping = Packet { kind: Kind::Ping, key_id: 7, seq, responder_delay_ns: 0 };
                 let on_the_wire = ping.encode(&key);

@@ -26,7 +26,7 @@ use std::os::fd::AsFd as _;
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::verbs::{
     AddressHandle, Completion, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
@@ -37,7 +37,8 @@ use super::delay::{responder_delay, Clock};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
 use super::path::{Answer, Counts, PathPings};
 use super::pinger::{Command, PingReport, PingReports, PingSettings, PingTarget};
-use super::receive::{received, Received, RECV_SLOT};
+use super::receive::{from_source, received, Received, RECV_SLOT};
+use super::replay::ReplayWindow;
 use super::schedule::{PingSchedule, ScheduleSettings};
 
 /// The Q_Key of every ping QP ("rdpa").
@@ -169,8 +170,12 @@ struct Target {
 struct Answerer {
     ah: Rc<AddressHandle>,
     qpn: u32,
+    /// The prober's GID, which its pings' GRH must name as their source.
+    gid: [u8; 16],
     key: PingKey,
     used: Duration,
+    /// The sequence numbers answered under the key: each ping is answered once.
+    answered: ReplayWindow,
 }
 
 /// A send in flight: its address handle lives until the send completed.
@@ -238,6 +243,15 @@ enum Stop {
 
 fn nanos(at: Duration) -> u64 {
     u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Where a newly learnt path's sequence numbers start: the wall clock's nanoseconds (see
+/// [`PathPings::new`]; pings are never a nanosecond apart, so a path learnt later starts above
+/// every number an earlier one used).
+fn first_seq() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, nanos)
 }
 
 /// Keeps a measured ping's network RTT for the device's histogram.
@@ -381,11 +395,14 @@ impl<K: Ord + Clone> Engine<K> {
                             self.answerers.remove(&id);
                         }
                     }
+                    // A key id is never registered twice (each session has its own).
                     let answerer = Answerer {
                         ah: Rc::new(ah),
                         qpn,
+                        gid: route.gid,
                         key,
                         used: now,
+                        answered: ReplayWindow::default(),
                     };
                     self.answerers.insert(key_id, answerer);
                 }
@@ -435,7 +452,12 @@ impl<K: Ord + Clone> Engine<K> {
                 t.count = target.count;
             }
             None => {
-                let pings = PathPings::new(self.clock, self.settings.timeout, self.settings.window);
+                let pings = PathPings::new(
+                    self.clock,
+                    self.settings.timeout,
+                    self.settings.window,
+                    first_seq(),
+                );
                 self.targets.insert(
                     path,
                     Target {
@@ -538,13 +560,15 @@ impl<K: Ord + Clone> Engine<K> {
                 self.post_recv(slot)
             }
             Received::Packet => {
-                let at = recv_offset(slot) + GRH_LEN;
+                let at = recv_offset(slot);
+                let mut grh = [0u8; GRH_LEN];
                 let mut bytes = [0u8; PACKET_LEN];
-                bytes.copy_from_slice(&self.mr.as_slice()[at..at + PACKET_LEN]);
+                grh.copy_from_slice(&self.mr.as_slice()[at..at + GRH_LEN]);
+                bytes.copy_from_slice(&self.mr.as_slice()[at + GRH_LEN..at + GRH_LEN + PACKET_LEN]);
                 self.post_recv(slot)?;
                 let stamp = self.clock.stamp(c.timestamp, nanos(now));
                 if bytes[5] == 1 {
-                    self.answer(&bytes, c.src_qp, stamp, now)
+                    self.answer(&bytes, &grh, c.src_qp, stamp, now)
                 } else {
                     self.take_answer(&bytes, c.src_qp, stamp, now);
                     Ok(())
@@ -626,22 +650,29 @@ impl<K: Ord + Clone> Engine<K> {
         Ok(())
     }
 
-    /// A ping from another node, received at `received` (on the engine's clock): answered
-    /// twice, or refused.
+    /// A ping from another node, received at `received` (on the engine's clock) with the GRH
+    /// `grh`: answered twice, or refused. It must come from the QP and GID its key was
+    /// registered with (checked first: no HMAC is computed for a datagram from elsewhere), be
+    /// tagged with that key, and not have been answered before (docs/security.md, "Pings").
     fn answer(
         &mut self,
         bytes: &[u8],
+        grh: &[u8],
         src_qp: u32,
         received: u64,
         now: Duration,
     ) -> Result<(), VerbsError> {
         let key_id = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        let Some(answerer) = self.answerers.get_mut(&key_id) else {
+        let Some(answerer) = self
+            .answerers
+            .get_mut(&key_id)
+            .filter(|a| src_qp == a.qpn && from_source(grh, &a.gid))
+        else {
             self.refused += 1;
             return Ok(());
         };
         let ping = match Packet::decode(bytes, |_| Some(&answerer.key)) {
-            Ok(p) if p.kind == Kind::Ping && src_qp == answerer.qpn => p,
+            Ok(p) if p.kind == Kind::Ping && answerer.answered.accept(p.seq) => p,
             _ => {
                 self.refused += 1;
                 return Ok(());

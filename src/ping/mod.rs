@@ -15,7 +15,10 @@
 //!   and the quantiles of a sliding window.
 //!
 //! - `receive`: what a receive slot holds and what a receive completion means (a packet,
-//!   refused, or a QP to reset).
+//!   refused, or a QP to reset), and whether a datagram came from the GID a key was registered
+//!   with;
+//! - `replay`: the answering side's window of the sequence numbers seen under one key, so each
+//!   ping is answered once.
 //! - [`schedule`]: when each target is pinged (interval, jitter, the device's rate cap) and how
 //!   long it stays a target.
 //!
@@ -28,6 +31,7 @@ pub mod packet;
 pub mod path;
 pub mod pinger;
 mod receive;
+mod replay;
 pub mod schedule;
 
 pub use engine::PING_QKEY;

@@ -111,13 +111,17 @@ pub struct WindowSummary {
 
 impl PathPings {
     /// A path whose device completion clock is `clock`; a ping unanswered after `timeout` is
-    /// lost; the quantiles cover the last `window`.
-    pub fn new(clock: Clock, timeout: Duration, window: Duration) -> PathPings {
+    /// lost; the quantiles cover the last `window`. Its pings are numbered from `first_seq` on
+    /// (the engine starts a path from the wall clock's nanoseconds: the numbers under one key
+    /// then only grow, even when a path is forgotten and learnt again under the same key, as the
+    /// answering side's replay window needs, and an answer captured from an earlier run of the
+    /// path never matches a ping of this one).
+    pub fn new(clock: Clock, timeout: Duration, window: Duration, first_seq: u64) -> PathPings {
         PathPings {
             clock,
             timeout,
             window,
-            next_seq: 0,
+            next_seq: first_seq,
             outstanding: BTreeMap::new(),
             samples: VecDeque::new(),
             counts: Counts::default(),
@@ -145,7 +149,7 @@ impl PathPings {
                 responder: None,
             },
         );
-        self.next_seq += 1;
+        self.next_seq = self.next_seq.wrapping_add(1);
         self.counts.sent += 1;
         seq
     }
@@ -310,7 +314,7 @@ mod tests {
     }
 
     fn path() -> PathPings {
-        PathPings::new(Clock::software(), ms(500), ms(60_000))
+        PathPings::new(Clock::software(), ms(500), ms(60_000), 0)
     }
 
     fn answer(kind: Kind, seq: u64, delay_ns: u64) -> Packet {

@@ -49,9 +49,55 @@ pub(super) fn received(
     }
 }
 
+/// Whether a received datagram's GRH (the first [`GRH_LEN`] bytes of its slot) names `gid` as
+/// its source. RoCE v2 over IPv4 (an IPv4-mapped GID, `::ffff:a.b.c.d`) leaves the packet's IPv4
+/// header in the GRH's last 20 bytes, its source address at 12..16 of them; InfiniBand and RoCE
+/// over IPv6 leave the GRH or IPv6 header, its source GID at bytes 8..24. Every ping carries a
+/// GRH (its address handle is global).
+pub(super) fn from_source(grh: &[u8], gid: &[u8; 16]) -> bool {
+    const IPV4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    if gid[..12] == IPV4_MAPPED {
+        grh.get(32..36) == Some(&gid[12..])
+    } else {
+        grh.get(8..24) == Some(&gid[..])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_is_read_where_each_kind_of_header_keeps_it() {
+        // 192.0.2.11 as an IPv4-mapped GID, and an IPv4 header from it in the GRH's last 20
+        // bytes (version 4, 20 bytes; source at 12..16, destination 192.0.2.12 at 16..20).
+        let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 11];
+        let mut grh = [0u8; GRH_LEN];
+        grh[20] = 0x45;
+        grh[32..36].copy_from_slice(&[192, 0, 2, 11]);
+        grh[36..40].copy_from_slice(&[192, 0, 2, 12]);
+        assert!(from_source(&grh, &v4));
+        let mut other = v4;
+        other[15] = 13;
+        assert!(!from_source(&grh, &other), "another host");
+        grh[32..36].copy_from_slice(&[192, 0, 2, 12]);
+        assert!(
+            !from_source(&grh, &v4),
+            "the destination's address is not the source"
+        );
+        // An InfiniBand or RoCE v6 GID: the GRH's (or IPv6 header's) source GID, bytes 8..24.
+        let v6 = [
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55,
+        ];
+        let mut grh = [0u8; GRH_LEN];
+        grh[0] = 0x60;
+        grh[8..24].copy_from_slice(&v6);
+        assert!(from_source(&grh, &v6));
+        grh[24..40].copy_from_slice(&v6);
+        grh[8] = 0;
+        assert!(!from_source(&grh, &v6), "only the destination names it");
+        assert!(!from_source(&[], &v6), "no GRH");
+    }
 
     #[test]
     fn a_receive_is_a_packet_only_at_a_ping_packets_length() {

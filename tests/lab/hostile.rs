@@ -6,7 +6,9 @@
 //! valid probe from node1 succeeds during the flood and right after it. First, node1 floods
 //! node2's ping QP with 10,000 datagrams of 1,000 bytes, as a host on the fabric without the key
 //! can (examples/ud_flood.rs): node2 counts those that arrived refused and never resets its ping
-//! QP for them, and its pings to node1 go on being answered.
+//! QP for them, and its pings to node1 go on being answered. Then node1 replays its own pings to
+//! node2, captured on its NIC, 20 copies each: node2 answers each ping once and refuses the
+//! copies.
 
 use std::collections::BTreeMap;
 
@@ -65,6 +67,29 @@ fn datagrams_refused_and_pinging_on(
 /// Checks that every attack ran to its end and reported: each exit status, and the attacks of
 /// the reports exactly (an attack that died without a report would otherwise drop out of both
 /// sides of the count of hostile connections).
+/// Whether node2 took node1's replayed pings as it should: most of the probe's pings were
+/// captured (40 of its 50) and each sent again 20 times; node2 answered at most one per ping the
+/// probe sent and at least nine in ten of them, and refused at least nine in ten of the copies
+/// (the NIC may drop some while every receive is taken).
+fn replays_refused_and_each_ping_answered_once(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    pings_sent: u64,
+    (captured, copies_sent): (u64, u64),
+) -> bool {
+    let rise = |k: &str| {
+        after
+            .get(k)
+            .unwrap_or(&0)
+            .saturating_sub(*before.get(k).unwrap_or(&0))
+    };
+    captured >= 40
+        && copies_sent == captured * 20
+        && rise("answered") <= pings_sent
+        && rise("answered") * 10 >= pings_sent * 9
+        && rise("refused") * 10 >= copies_sent * 9
+}
+
 fn assert_every_attack_ran(run: &support::LabRun, reports: &[serde_json::Value]) {
     let mut exits: Vec<(&str, &str)> = ATTACKS.iter().map(|a| (*a, "0")).collect();
     exits.extend([
@@ -167,13 +192,47 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
         target["ping_qp_resets"]
     );
 
+    // node1's pings replayed: each answered once, the copies refused.
+    assert_eq!(attacker["replay_probe_exit"], "0", "{attacker:?}");
+    assert_eq!(
+        attacker["replay_exit"],
+        "0",
+        "{}",
+        run.file("node1", "replay.err")
+    );
+    let probe: serde_json::Value = serde_json::from_str(&run.file("node1", "replay-probe.json"))
+        .unwrap_or_else(|e| panic!("the replayed probe's report: {e}"));
+    let replay: serde_json::Value = serde_json::from_str(&run.file("node1", "replay.json"))
+        .unwrap_or_else(|e| panic!("the replayer's report: {e}"));
+    let (replay_before, replay_after) = (
+        fields(&attacker["replay_before"]),
+        fields(&attacker["replay_after"]),
+    );
+    eprintln!(
+        "replayed pings: probe {probe}; replayer {replay}; node2 before {replay_before:?}, after {replay_after:?}"
+    );
+    let count = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    assert!(
+        replays_refused_and_each_ping_answered_once(
+            &replay_before,
+            &replay_after,
+            count(&probe, "sent"),
+            (count(&replay, "captured"), count(&replay, "sent")),
+        ),
+        "probe {probe}; replayer {replay}; node2 before {replay_before:?}, after {replay_after:?}"
+    );
+
     // Every hostile connection counted once, under a refusal; no hostile session accepted.
     let before = fields(&target["sessions_before"]);
     let after = fields(&target["sessions_after"]);
     let rise = |r: &str| after.get(r).unwrap_or(&0) - before.get(r).unwrap_or(&0);
     let refused: u64 = REFUSALS.iter().map(|r| rise(r)).sum();
     assert_eq!(refused, connections, "before {before:?}, after {after:?}");
-    assert_eq!(rise("accepted"), 2, "node1's two valid probes: {after:?}");
+    assert_eq!(
+        rise("accepted"),
+        3,
+        "node1's three valid probes (the replayed pings', during the flood, after it): {after:?}"
+    );
     assert!(rise("auth") >= 24 && rise("protocol") >= 52 && rise("limit") >= 2);
 
     // A valid probe during the flood and right after it.
@@ -296,4 +355,30 @@ fn the_datagram_flood_check_fails_on_a_reset_or_lost_pings() {
         &counts(10_003, 60, 3),
         "0"
     ));
+}
+
+/// The replay check on synthetic counters: passes as node2 should take it; fails when a copy
+/// was answered, when the copies were not refused (never arrived), when the probe's own pings
+/// went unanswered, and when too few pings were captured to show anything.
+#[test]
+fn the_replay_check_fails_on_an_answered_copy_or_nothing_replayed() {
+    let counts = |refused: u64, answered: u64| -> BTreeMap<String, u64> {
+        [("refused", refused), ("answered", answered)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+    };
+    let before = counts(10_000, 7);
+    let check = |after: BTreeMap<String, u64>, captured: u64| {
+        replays_refused_and_each_ping_answered_once(&before, &after, 50, (captured, captured * 20))
+    };
+    assert!(check(counts(10_980, 57), 49));
+    // Copies answered (the engine before its replay window answered every one).
+    assert!(!check(counts(10_000, 57 + 980), 49));
+    assert!(!check(counts(10_979, 58), 49));
+    // The copies never arrived, or the probe's own pings were not answered.
+    assert!(!check(counts(10_100, 57), 49));
+    assert!(!check(counts(10_980, 40), 49));
+    // Too few pings captured.
+    assert!(!check(counts(10_400, 57), 20));
 }

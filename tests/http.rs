@@ -327,6 +327,8 @@ async fn port_families_from_every_fixture_tree_pass_promtool() {
         let (report, failed) = report(&sysfs, &wanted);
         assert!(failed.is_empty(), "{failed:?}");
         recorder.apply(ProbeEvent::Ports(report));
+        // A scrape within this of the last is served the same body.
+        tokio::time::sleep(rdma_probe_exporter::http::scrape::FRESH_FOR).await;
         let text = get(server.addr, "/metrics", None).await;
         assert_eq!(text.status, 200);
         assert_eq!(

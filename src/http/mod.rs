@@ -2,10 +2,12 @@
 //! `/readyz` (it can serve probes) for Kubernetes, and at `/` a short index, or in the exporter
 //! the status page of every probed path ([`status`]). Read-only but for `POST /-/reload`, which
 //! is off unless enabled and then limited ([`reload`]). Connections are capped and closed when
-//! idle ([`limit`]).
+//! idle ([`limit`]); `/metrics` is encoded off the async workers and served again for a moment
+//! ([`scrape`]).
 
 pub mod limit;
 pub mod reload;
+pub mod scrape;
 pub mod status;
 
 use std::future::Future;
@@ -26,6 +28,7 @@ pub use reload::{ReloadAccess, ReloadEndpoint};
 use crate::metrics::probe::PathSnapshot;
 use crate::metrics::{Format, Metrics};
 use crate::readiness::Readiness;
+use scrape::ScrapeCache;
 
 #[derive(Debug, Error)]
 #[error("serving HTTP: {0}")]
@@ -33,7 +36,7 @@ pub struct HttpError(#[source] std::io::Error);
 
 #[derive(Clone)]
 struct AppState {
-    metrics: Metrics,
+    scrapes: ScrapeCache,
     readiness: Readiness,
     /// The exporter's path table, for the status page; `None` in a responder-only process.
     paths: Option<PathSnapshot>,
@@ -81,7 +84,7 @@ pub async fn serve_with_status(
         tracing::info!(%addr, "serving /metrics");
     }
     let state = AppState {
-        metrics,
+        scrapes: ScrapeCache::new(metrics, scrape::FRESH_FOR),
         readiness,
         paths,
         reload: None,
@@ -101,7 +104,7 @@ pub async fn serve_exporter(
         tracing::info!(%addr, "serving /metrics and the status page");
     }
     let state = AppState {
-        metrics,
+        scrapes: ScrapeCache::new(metrics, scrape::FRESH_FOR),
         readiness,
         paths: Some(pages.paths),
         reload: Some(pages.reload),
@@ -167,8 +170,8 @@ async fn reload_needs_post() -> (
 async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::from_accept(accept);
-    match state.metrics.encode(format) {
-        Ok(text) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
+    match state.scrapes.body(format).await {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "cannot encode metrics");
             (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response()

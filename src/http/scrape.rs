@@ -1,7 +1,7 @@
 //! `/metrics`' body: encoded on the blocking pool rather than on the async workers that also
 //! answer control handshakes, one encoding at a time, and served again to every scrape of the
-//! next [`FRESH_FOR`] (docs/security.md, "What the channel does not protect"). Scrapes back to back, from one
-//! client or many, then cost an encoding twice a second at most.
+//! next [`FRESH_FOR`] (docs/security.md, "What the channel does not protect"). Scrapes back to
+//! back, from one client or many, then cost an encoding twice a second at most.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -129,7 +129,7 @@ impl PingFamilies {
         );
         add!(
             "ping_refused",
-            "Packets this device's ping QP dropped unanswered and unmeasured: unknown key, wrong tag, no matching ping",
+            "Packets this device's ping QP dropped unanswered and unmeasured: unknown key or source, wrong tag, replayed, over its source's rate, no matching ping",
             f.refused.clone()
         );
         add!(

@@ -33,6 +33,7 @@ use crate::verbs::{
     RemoteAccess, Route, UdQueuePair, VerbsError, WcStatus, Woken, GRH_LEN,
 };
 
+use super::bucket::TokenBucket;
 use super::delay::{responder_delay, Clock};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
 use super::path::{Answer, Counts, PathPings};
@@ -112,6 +113,7 @@ pub(super) fn spawn<K: Ord + Clone + Send + 'static>(
                 schedule: PingSchedule::new(schedule, seed),
                 targets: BTreeMap::new(),
                 answerers: HashMap::new(),
+                answer_rates: HashMap::new(),
                 gone: Vec::new(),
                 rtts: Vec::new(),
                 answered: 0,
@@ -220,6 +222,8 @@ struct Engine<K> {
     schedule: PingSchedule<K>,
     targets: BTreeMap<K, Target>,
     answerers: HashMap<u32, Answerer>,
+    /// How fast each source GID's pings are answered.
+    answer_rates: HashMap<[u8; 16], TokenBucket>,
     /// Targets removed since the last report: reported once more, as gone.
     gone: Vec<(K, Counts)>,
     /// The network RTTs measured since the last report, of every path.
@@ -405,6 +409,12 @@ impl<K: Ord + Clone> Engine<K> {
                         answered: ReplayWindow::default(),
                     };
                     self.answerers.insert(key_id, answerer);
+                    // The rates of sources no key is registered for any more go.
+                    if self.answer_rates.len() > MAX_ANSWERERS {
+                        let sources: std::collections::HashSet<[u8; 16]> =
+                            self.answerers.values().map(|a| a.gid).collect();
+                        self.answer_rates.retain(|gid, _| sources.contains(gid));
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(device = %self.device, error = %e, "no address handle back to a prober: its pings go unanswered");
@@ -653,7 +663,8 @@ impl<K: Ord + Clone> Engine<K> {
     /// A ping from another node, received at `received` (on the engine's clock) with the GRH
     /// `grh`: answered twice, or refused. It must come from the QP and GID its key was
     /// registered with (checked first: no HMAC is computed for a datagram from elsewhere), be
-    /// tagged with that key, and not have been answered before (docs/security.md, "Pings").
+    /// tagged with that key, not have been answered before, and its source be within its rate
+    /// ([`super::bucket`]; docs/security.md, "What the pre-shared key protects").
     fn answer(
         &mut self,
         bytes: &[u8],
@@ -678,6 +689,14 @@ impl<K: Ord + Clone> Engine<K> {
                 return Ok(());
             }
         };
+        let rate = self
+            .answer_rates
+            .entry(answerer.gid)
+            .or_insert_with(|| TokenBucket::new(now));
+        if !rate.take(now) {
+            self.refused += 1;
+            return Ok(());
+        }
         answerer.used = now;
         let to = answerer.clone();
         if self.clock.delay_waits_for_send_completion() {

@@ -18,13 +18,15 @@
 //!   refused, or a QP to reset), and whether a datagram came from the GID a key was registered
 //!   with;
 //! - `replay`: the answering side's window of the sequence numbers seen under one key, so each
-//!   ping is answered once.
+//!   ping is answered once;
+//! - `bucket`: how fast one source's pings are answered.
 //! - [`schedule`]: when each target is pinged (interval, jitter, the device's rate cap) and how
 //!   long it stays a target.
 //!
 //! And the I/O around them, [`engine`]: a thread per device with one UD QP that pings the
 //! device's targets and answers other nodes' pings, driven through its handle, [`pinger`].
 
+mod bucket;
 pub mod delay;
 pub mod engine;
 pub mod packet;

@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The exporter's container image: a release build, then a slim Debian bookworm runtime with the
-# RDMA user-space libraries (libibverbs and its providers) and debugging tools, running as an
-# unprivileged user whose binary carries the one capability it needs, IPC_LOCK (docs/deploy.md).
+# RDMA user-space libraries (libibverbs and its providers) and no set-user-ID program, running as
+# an unprivileged user whose binary carries the one capability it needs, IPC_LOCK
+# (docs/deploy.md); and a debug image (--target debug) with tools to inspect by hand.
 #
 #   docker build -t rdma-probe-exporter:0.1.0 .
 #
@@ -27,7 +28,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && mkdir -p /out \
  && strip --strip-debug -o /out/rdma-probe-exporter target/release/rdma-probe-exporter
 
-FROM debian:${DEBIAN_SUITE}-slim
+FROM debian:${DEBIAN_SUITE}-slim AS runtime
 # Packages, the user and the mount points; no layer of their own for the scripts.
 RUN --mount=type=bind,source=deploy/image,target=/mnt/image \
     /mnt/image/setup-runtime
@@ -39,3 +40,15 @@ USER 65532:65532
 EXPOSE 9587 18516
 ENTRYPOINT ["/usr/local/bin/rdma-probe-exporter"]
 CMD ["run", "--config", "/etc/rdma-probe/config/config.yaml"]
+
+# The debug image: the runtime image with tools to inspect and compare by hand (ibv_devinfo,
+# ib_write_bw, getcap and getpcaps; deploy/image/debug-packages), which the exporter never runs:
+#   docker build --target debug -t rdma-probe-exporter:0.1.0-debug .
+FROM runtime AS debug
+USER root
+RUN --mount=type=bind,source=deploy/image,target=/mnt/image \
+    /mnt/image/setup-runtime --packages /mnt/image/debug-packages
+USER 65532:65532
+
+# The default target is the last stage: the runtime image.
+FROM runtime

@@ -26,7 +26,8 @@ to OUT_DIR/<name>.yaml and checks, for the base and every overlay:
 4. no drift: the PrometheusRule holds exactly the groups of deploy/prometheus/rules.yaml, the
    dashboards ConfigMap exactly dashboards/*.json, the config ConfigMap exactly
    deploy/kubernetes/base/config.yaml, the image tag is Cargo.toml's version;
-5. the Dockerfile agrees with the rest: its runtime stage runs deploy/image/setup-runtime and
+5. the Dockerfile agrees with the rest (its debug stage is the runtime one with
+   deploy/image/debug-packages, as the same user): its runtime stage runs deploy/image/setup-runtime and
    install-binary (which deploy/image/build-rootfs runs too) on the suite build-rootfs uses, its
    user is the DaemonSet's, its ports the container's, its default command the DaemonSet's, its
    Rust at least Cargo.toml's rust-version, its build packages those of scripts/install-deps.
@@ -505,9 +506,17 @@ def dockerfile_facts():
     stages = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
     if not check(len(stages) >= 2, where, "not multi-stage (a build stage and a runtime stage)"):
         return None
+    named = {}
+    for n, i in enumerate(stages):
+        words = instructions[i][1].split()
+        if len(words) == 3 and words[1].upper() == "AS":
+            named[words[2]] = instructions[i:stages[n + 1] if n + 1 < len(stages) else len(instructions)]
+    # The image a plain `docker build` makes: the last stage, or the named stage it only repeats.
     final = instructions[stages[-1]:]
+    while len(final) == 1 and final[0][1].split()[0] in named:
+        final = named[final[0][1].split()[0]]
     build_stage = instructions[stages[0]:stages[1]]
-    base = expand(final[0][1])
+    base = expand(final[0][1].split()[0])
     rootfs = (ROOT / "deploy" / "image" / "build-rootfs").read_text()
     suite = re.search(r"^suite=(\w+)", rootfs, re.M).group(1)
     check(base == f"debian:{suite}-slim", where, f"runtime base {base} is not debian:{suite}-slim (build-rootfs' suite)")
@@ -527,6 +536,17 @@ def dockerfile_facts():
     rust = tuple(int(x) for x in args.get("RUST_VERSION", "0").split("."))
     msrv = re.search(r'^rust-version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
     check(rust >= tuple(int(x) for x in msrv.split(".")), where, f"RUST_VERSION {rust} is below rust-version {msrv}")
+    # The debug image: the runtime one with debug-packages, as the same user.
+    debug = named.get("debug")
+    if check(debug is not None, where, "no debug stage (docker build --target debug)"):
+        check(debug[0][1].split()[0] in named and named[debug[0][1].split()[0]] == final, where,
+              "the debug stage is not built on the runtime stage")
+        debug_runs = " ".join(rest for word, rest in debug if word == "RUN")
+        check("/mnt/image/setup-runtime --packages /mnt/image/debug-packages" in debug_runs, where,
+              "the debug stage does not install deploy/image/debug-packages with setup-runtime")
+        users = [rest for word, rest in debug if word == "USER"]
+        runtime_users = [rest for word, rest in final if word == "USER"]
+        check(users[-1:] == runtime_users[-1:], where, "the debug stage does not end as the runtime's user")
     facts = {"user": None, "expose": [], "cmd": None}
     for word, rest in final:
         if word == "USER":

@@ -100,7 +100,12 @@ lab_result no_new_privs "$(awk '/^NoNewPrivs:/ {print $2}' "$status")"
 lab_result memlock "$(awk '/^Max locked memory/ {print $4}' "/proc/$pid/limits")"
 lab_result libibverbs "$(grep -o '/[^ ]*libibverbs\.so[^ ]*' "/proc/$pid/maps" | head -n1)"
 lab_result provider "$(grep -o '/[^ ]*librxe-rdmav[^ ]*' "/proc/$pid/maps" | head -n1)"
-lab_result getcap "$(chroot "$R" getcap /usr/local/bin/rdma-probe-exporter)"
+# The image keeps no tool that sets or shows capabilities (the host's getcap reads its file).
+lab_result getcap "$(getcap "$R/usr/local/bin/rdma-probe-exporter")"
+# Nothing in it can gain privileges, nor holds the debug image's tools.
+lab_result setuid_files "$(find "$R" -xdev -type f -perm /6000 | wc -l)"
+lab_result debug_tools "$(for t in setcap getcap getpcaps ib_write_bw ibv_devinfo; do
+  [ -e "$R/usr/bin/$t" ] || [ -e "$R/usr/sbin/$t" ] && printf '%s ' "$t"; done)"
 
 other=$([ "$LAB_NODE" = node1 ] && echo node2 || echo node1)
 success="rdma_probe_success{device=\"rxe0\",peer=\"$other\",peer_device=\"rxe0\"}"

@@ -80,6 +80,9 @@ fn the_image_root_runs_the_exporter_unprivileged_with_only_ipc_lock() {
             "{}",
             result(&run, node, "getcap")
         );
+        // No set-user-ID or set-group-ID file, and none of the debug image's tools.
+        assert_eq!(result(&run, node, "setuid_files"), "0");
+        assert_eq!(result(&run, node, "debug_tools"), "");
         // What it loaded: the image's libibverbs and provider, not the host's.
         for lib in ["libibverbs", "provider"] {
             let path = result(&run, node, lib);

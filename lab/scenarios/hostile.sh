@@ -8,11 +8,12 @@
 # of its own probes succeeded during the attack. Last, 200 silent connections to node2's admin
 # port. node1 records every attack's exit status in `exits` (those of the stalls during the flood
 # in `stall-exits`), the test checks the list.
-# Before those, node1 is a host on the fabric without the key: examples/ud_flood.rs sends 10,000
-# datagrams of 1,000 bytes (20 times a ping's) to node2's ping QP, whose number node2 reads from
-# `rdma res show qp` (its exporter's one UD QP). node2 records its ping counters before and after
-# the attacks, and how often its exporter logged its ping QP reset. Then node1 replays its own
-# pings to node2, captured on its NIC: node2 answers each once and refuses the copies.
+# Before those, node1 replays its own pings to node2, captured on its NIC (node2's counters
+# read once settled, before and after): node2 answers each once and refuses the copies. Then
+# node1 is a host on the fabric without the key: examples/ud_flood.rs sends 10,000 datagrams of
+# 1,000 bytes (20 times a ping's) to node2's ping QP, whose number node2 reads from `rdma res
+# show qp` (its exporter's one UD QP). node2 records its ping counters before and after the
+# attacks, and how often its exporter logged its ping QP reset.
 bin=rdma-probe-exporter
 hostile=hostile
 (umask 077 && echo "bGFiLWhvc3RpbGUtcHNrLTAxMjM0NTY3ODlhYmNkZWY=" >/tmp/psk)
@@ -130,9 +131,6 @@ EOF
     probe() { $bin probe "$target" --device rxe0 --psk-file /tmp/psk --json --qp-timeout 17 --duration 200ms; }
     lab_signal attack-start
     t0=$SECONDS
-    ud_flood --to "$(lab_addr node2)" --qpn "$(cat "$LAB_RUN/nodes/node2/ping-qpn")" \
-      --size 1000 --count 10000 >ud-flood.json 2>ud-flood.err
-    lab_result ud_flood_exit "$?"
     # A replayer: node1's own pings to node2 (`probe --ping`, whose key node2 holds), captured
     # as they leave this node's NIC and sent again byte for byte, 20 times each, a millisecond
     # apart (source, tag and ICRC all valid). node2 must answer each ping once and refuse the
@@ -143,7 +141,17 @@ EOF
         index($0, "rdma_probe_ping_answered_total{device=\"rxe0\"}") == 1 { a = $2 }
         END { printf "refused=%d answered=%d", r, a }'
     }
-    lab_result replay_before "$(node2_pings)"
+    # node2_settled: node2's counters once they stopped moving (its exporter reports its pings
+    # every few seconds): the same twice 3 s apart.
+    node2_settled() {
+      local last now start=$SECONDS
+      last=$(node2_pings)
+      while lab_nap 3; now=$(node2_pings); [ "$now" != "$last" ] && [ $((SECONDS - start)) -lt 60 ]; do
+        last=$now
+      done
+      echo "$now"
+    }
+    lab_result replay_before "$(node2_settled)"
     # It captures from when it says so (replay.ready) until told to stop (replay.stop).
     python3 - "$LAB_NIC" "$(lab_addr node2)" 20 >replay.json 2>replay.err <<'REPLAY' &
 import json, os, socket, struct, sys, time
@@ -186,8 +194,10 @@ REPLAY
     touch replay.stop
     wait $replayer
     lab_result replay_exit "$?"
-    lab_nap 2
-    lab_result replay_after "$(node2_pings)"
+    lab_result replay_after "$(node2_settled)"
+    ud_flood --to "$(lab_addr node2)" --qpn "$(cat "$LAB_RUN/nodes/node2/ping-qpn")" \
+      --size 1000 --count 10000 >ud-flood.json 2>ud-flood.err
+    lab_result ud_flood_exit "$?"
     attack random --count 24
     attack oversize --count 24
     attack truncated --count 24

@@ -6,9 +6,9 @@
 //! valid probe from node1 succeeds during the flood and right after it. First, node1 floods
 //! node2's ping QP with 10,000 datagrams of 1,000 bytes, as a host on the fabric without the key
 //! can (examples/ud_flood.rs): node2 counts those that arrived refused and never resets its ping
-//! QP for them, and its pings to node1 go on being answered. Then node1 replays its own pings to
-//! node2, captured on its NIC, 20 copies each: node2 answers each ping once and refuses the
-//! copies.
+//! QP for them, and its pings to node1 go on being answered. Before the flood, node1 replays its
+//! own pings to node2, captured on its NIC, 20 copies each: node2 answers each ping once and
+//! refuses the copies.
 
 use std::collections::BTreeMap;
 
@@ -67,10 +67,11 @@ fn datagrams_refused_and_pinging_on(
 /// Checks that every attack ran to its end and reported: each exit status, and the attacks of
 /// the reports exactly (an attack that died without a report would otherwise drop out of both
 /// sides of the count of hostile connections).
-/// Whether node2 took node1's replayed pings as it should: most of the probe's pings were
-/// captured (40 of its 50) and each sent again 20 times; node2 answered at most one per ping the
-/// probe sent and at least nine in ten of them, and refused at least nine in ten of the copies
-/// (the NIC may drop some while every receive is taken).
+/// Whether node2 took node1's replayed pings as it should (its counters read once settled,
+/// nothing else sent to its ping QP meanwhile): most of the probe's pings were captured (40 of
+/// its 50) and each sent again 20 times; node2 answered at most one per ping the probe sent and
+/// at least nine in ten of them, and refused at least nine in ten of the copies (the NIC may
+/// drop some while every receive is taken) and not many more than them.
 fn replays_refused_and_each_ping_answered_once(
     before: &BTreeMap<String, u64>,
     after: &BTreeMap<String, u64>,
@@ -88,6 +89,7 @@ fn replays_refused_and_each_ping_answered_once(
         && rise("answered") <= pings_sent
         && rise("answered") * 10 >= pings_sent * 9
         && rise("refused") * 10 >= copies_sent * 9
+        && rise("refused") <= copies_sent + 5
 }
 
 fn assert_every_attack_ran(run: &support::LabRun, reports: &[serde_json::Value]) {
@@ -381,4 +383,6 @@ fn the_replay_check_fails_on_an_answered_copy_or_nothing_replayed() {
     assert!(!check(counts(10_980, 40), 49));
     // Too few pings captured.
     assert!(!check(counts(10_400, 57), 20));
+    // Refused from elsewhere too (a flood's tail): the copies' share is not shown.
+    assert!(!check(counts(13_000, 57), 49));
 }

@@ -208,41 +208,43 @@ lab_messages_for() {
 # curl itself. lab_http_code URL prints the status code alone (000 when nothing answers);
 # lab_ok URL: the answer is a 2xx.
 lab_get() {
-  local url=$1 rest authority path fd status line
-  case $url in
+  local line
+  case $1 in
     http://127.0.0.1:*) ;;
-    *) curl -sS --max-time 5 --fail-with-body "$url"; return ;;
+    *) curl -sS --max-time 5 --fail-with-body "$1"; return ;;
   esac
-  rest=${url#http://}
-  authority=${rest%%/*}
-  path=${rest#"$authority"}
-  exec {fd}<>"/dev/tcp/127.0.0.1/${authority#*:}" || { echo "lab_get: nothing listens on $authority" >&2; return 7; }
-  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "${path:-/}" "$authority" >&"$fd"
-  if ! read -r -t 5 _ status _ <&"$fd"; then
-    exec {fd}<&-
-    echo "lab_get: no answer from $url within 5 s" >&2
-    return 28
-  fi
-  while read -r -t 5 line <&"$fd" && [ -n "${line%$'\r'}" ]; do :; done
-  timeout 5 cat <&"$fd"
-  exec {fd}<&-
-  [[ $status == 2?? ]] || return 22
+  lab_http_request "$1"
+  case $? in
+    7) echo "lab_get: nothing listens at $1" >&2; return 7 ;;
+    28) echo "lab_get: no answer from $1 within 5 s" >&2; return 28 ;;
+  esac
+  while read -r -t 5 line <&"$lab_http_fd" && [ -n "${line%$'\r'}" ]; do :; done
+  timeout 5 cat <&"$lab_http_fd"
+  exec {lab_http_fd}<&-
+  [[ $lab_http_status == 2?? ]] || return 22
 }
 lab_http_code() {
-  local url=$1 rest authority path fd status=000
-  case $url in
+  case $1 in
     http://127.0.0.1:*) ;;
-    *) curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url"; return 0 ;;
+    *) curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1"; return 0 ;;
   esac
-  rest=${url#http://}
+  lab_http_request "$1" 2>/dev/null && exec {lab_http_fd}<&-
+  echo "$lab_http_status"
+}
+# lab_http_request URL: connects to the local URL, sends the GET and reads the status line:
+# lab_http_fd is the connection, still open for the headers and the body, lab_http_status the
+# code. Returns 7 when nothing listens, 28 when no status line comes within 5 s (closed then).
+lab_http_request() {
+  local rest=${1#http://} authority path
   authority=${rest%%/*}
   path=${rest#"$authority"}
-  if exec {fd}<>"/dev/tcp/127.0.0.1/${authority#*:}"; then
-    printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "${path:-/}" "$authority" >&"$fd"
-    read -r -t 5 _ status _ <&"$fd" || status=000
-    exec {fd}<&-
-  fi 2>/dev/null
-  echo "$status"
+  lab_http_status=000
+  exec {lab_http_fd}<>"/dev/tcp/127.0.0.1/${authority#*:}" || return 7
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "${path:-/}" "$authority" >&"$lab_http_fd"
+  read -r -t 5 _ lab_http_status _ <&"$lab_http_fd" && return 0
+  exec {lab_http_fd}<&-
+  lab_http_status=000
+  return 28
 }
 lab_ok() { [[ $(lab_http_code "$1") == 2?? ]]; }
 

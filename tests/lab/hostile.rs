@@ -46,6 +46,14 @@ const ATTACKS: [&str; 7] = [
 ];
 const DURING_THE_FLOOD: [&str; 5] = ["flood", "stall", "stall", "stall", "stall"];
 
+/// How much counter `key` rose from `before` to `after` (0 where it is missing or fell).
+fn rise(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, key: &str) -> u64 {
+    after
+        .get(key)
+        .unwrap_or(&0)
+        .saturating_sub(*before.get(key).unwrap_or(&0))
+}
+
 /// Whether node2 took the flood of oversized datagrams as it should: most of them (the NIC may
 /// drop some while every receive is taken) counted refused, its ping QP never reset for them
 /// (the log line a reset writes, counted), and its pings to node1 sent and answered on, with at
@@ -55,18 +63,10 @@ fn datagrams_refused_and_pinging_on(
     after: &BTreeMap<String, u64>,
     resets_logged: &str,
 ) -> bool {
-    let rise = |k: &str| {
-        after
-            .get(k)
-            .unwrap_or(&0)
-            .saturating_sub(*before.get(k).unwrap_or(&0))
-    };
+    let rise = |k: &str| rise(before, after, k);
     rise("refused") >= 5_000 && resets_logged == "0" && rise("sent") >= 5 && rise("lost") <= 1
 }
 
-/// Checks that every attack ran to its end and reported: each exit status, and the attacks of
-/// the reports exactly (an attack that died without a report would otherwise drop out of both
-/// sides of the count of hostile connections).
 /// Whether node2 took node1's replayed pings as it should (its counters read once settled,
 /// nothing else sent to its ping QP meanwhile): most of the probe's pings were captured (40 of
 /// its 50) and each sent again 20 times; node2 answered at most one per ping the probe sent and
@@ -78,12 +78,7 @@ fn replays_refused_and_each_ping_answered_once(
     pings_sent: u64,
     (captured, copies_sent): (u64, u64),
 ) -> bool {
-    let rise = |k: &str| {
-        after
-            .get(k)
-            .unwrap_or(&0)
-            .saturating_sub(*before.get(k).unwrap_or(&0))
-    };
+    let rise = |k: &str| rise(before, after, k);
     captured >= 40
         && copies_sent == captured * 20
         && rise("answered") <= pings_sent
@@ -92,6 +87,23 @@ fn replays_refused_and_each_ping_answered_once(
         && rise("refused") <= copies_sent + 5
 }
 
+/// The JSON report node1's tool wrote to `FILE.json`, once its exit status (`NAME_exit`) says
+/// it ran to the end; else the test fails with what it wrote to `FILE.err`.
+fn tool_report(run: &support::LabRun, name: &str, file: &str) -> serde_json::Value {
+    let err = || run.file("node1", &format!("{file}.err"));
+    assert_eq!(
+        run.results("node1")[&format!("{name}_exit")],
+        "0",
+        "{name}: {}",
+        err()
+    );
+    serde_json::from_str(&run.file("node1", &format!("{file}.json")))
+        .unwrap_or_else(|e| panic!("{name}'s report: {e}\n{}", err()))
+}
+
+/// Checks that every attack ran to its end and reported: each exit status, and the attacks of
+/// the reports exactly (an attack that died without a report would otherwise drop out of both
+/// sides of the count of hostile connections).
 fn assert_every_attack_ran(run: &support::LabRun, reports: &[serde_json::Value]) {
     let mut exits: Vec<(&str, &str)> = ATTACKS.iter().map(|a| (*a, "0")).collect();
     exits.extend([
@@ -173,14 +185,7 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
     );
 
     // The datagrams of a host without the key: refused, the ping QP never reset.
-    assert_eq!(
-        attacker["ud_flood_exit"],
-        "0",
-        "{}",
-        run.file("node1", "ud-flood.err")
-    );
-    let flood: serde_json::Value = serde_json::from_str(&run.file("node1", "ud-flood.json"))
-        .unwrap_or_else(|e| panic!("ud_flood's report: {e}"));
+    let flood = tool_report(&run, "ud_flood", "ud-flood");
     assert_eq!(flood["sent"], 10_000, "{flood}");
     assert_eq!(flood["failed"], 0, "{flood}");
     let (pings_before, pings_after) = (
@@ -195,17 +200,8 @@ fn the_exporter_survives_hostile_clients_and_keeps_probing() {
     );
 
     // node1's pings replayed: each answered once, the copies refused.
-    assert_eq!(attacker["replay_probe_exit"], "0", "{attacker:?}");
-    assert_eq!(
-        attacker["replay_exit"],
-        "0",
-        "{}",
-        run.file("node1", "replay.err")
-    );
-    let probe: serde_json::Value = serde_json::from_str(&run.file("node1", "replay-probe.json"))
-        .unwrap_or_else(|e| panic!("the replayed probe's report: {e}"));
-    let replay: serde_json::Value = serde_json::from_str(&run.file("node1", "replay.json"))
-        .unwrap_or_else(|e| panic!("the replayer's report: {e}"));
+    let probe = tool_report(&run, "replay_probe", "replay-probe");
+    let replay = tool_report(&run, "replay", "replay");
     let (replay_before, replay_after) = (
         fields(&attacker["replay_before"]),
         fields(&attacker["replay_after"]),

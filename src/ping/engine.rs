@@ -38,7 +38,7 @@ use super::delay::{responder_delay, Clock};
 use super::packet::{Kind, Packet, PingKey, PACKET_LEN};
 use super::path::{Answer, Counts, PathPings};
 use super::pinger::{Command, PingReport, PingReports, PingSettings, PingTarget};
-use super::receive::{from_source, received, Received, RECV_SLOT};
+use super::receive::{from_source, received, Received, PING_RECEIVED, RECV_SLOT};
 use super::replay::ReplayWindow;
 use super::schedule::{PingSchedule, ScheduleSettings};
 
@@ -571,16 +571,15 @@ impl<K: Ord + Clone> Engine<K> {
             }
             Received::Packet => {
                 let at = recv_offset(slot);
-                let mut grh = [0u8; GRH_LEN];
-                let mut bytes = [0u8; PACKET_LEN];
-                grh.copy_from_slice(&self.mr.as_slice()[at..at + GRH_LEN]);
-                bytes.copy_from_slice(&self.mr.as_slice()[at + GRH_LEN..at + GRH_LEN + PACKET_LEN]);
+                let mut datagram = [0u8; PING_RECEIVED];
+                datagram.copy_from_slice(&self.mr.as_slice()[at..at + PING_RECEIVED]);
+                let (grh, bytes) = datagram.split_at(GRH_LEN);
                 self.post_recv(slot)?;
                 let stamp = self.clock.stamp(c.timestamp, nanos(now));
                 if bytes[5] == 1 {
-                    self.answer(&bytes, &grh, c.src_qp, stamp, now)
+                    self.answer(bytes, grh, c.src_qp, stamp, now)
                 } else {
-                    self.take_answer(&bytes, c.src_qp, stamp, now);
+                    self.take_answer(bytes, c.src_qp, stamp, now);
                     Ok(())
                 }
             }

@@ -12,14 +12,13 @@
 //! - [`delay`]: the six timestamps of a ping, the NIC's or the CPU's clock, and the network RTT,
 //!   responder and prober delays they give;
 //! - [`path`]: a prober's pings of one path: outstanding pings, answers, losses at the timeout,
-//!   and the quantiles of a sliding window.
-//!
+//!   and the quantiles of a sliding window;
 //! - `receive`: what a receive slot holds and what a receive completion means (a packet,
 //!   refused, or a QP to reset), and whether a datagram came from the GID a key was registered
 //!   with;
 //! - `replay`: the answering side's window of the sequence numbers seen under one key, so each
 //!   ping is answered once;
-//! - `bucket`: how fast one source's pings are answered.
+//! - `bucket`: how fast one source's pings are answered;
 //! - [`schedule`]: when each target is pinged (interval, jitter, the device's rate cap) and how
 //!   long it stays a target.
 //!

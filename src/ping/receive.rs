@@ -13,7 +13,7 @@ const MAX_DATAGRAM: usize = 4096;
 /// A receive slot: the GRH and any datagram.
 pub(super) const RECV_SLOT: usize = GRH_LEN + MAX_DATAGRAM;
 /// A ping packet as a receive holds it: its GRH, then the packet.
-const PING_RECEIVED: usize = GRH_LEN + PACKET_LEN;
+pub(super) const PING_RECEIVED: usize = GRH_LEN + PACKET_LEN;
 // 4096 bytes: the largest path MTU (IBV_MTU_4096), so the longest payload of a UD datagram.
 const _: () = assert!(RECV_SLOT >= GRH_LEN + 4096 && PING_RECEIVED <= RECV_SLOT);
 

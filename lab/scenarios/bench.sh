@@ -236,6 +236,7 @@ PY
     LD_PRELOAD="$LAB_DOORBELL_SO" DOORBELL_CPU_OUT="$PWD/exporter.nic" \
       NODE_NAME=node1 $bin run --config exporter.yaml >exporter.log 2>&1 &
     exporter=$!
+    lab_wait_listening 9587 || { cat exporter.log; exit 1; }
     all_up() { [ "$(lab_get "$url/metrics" | grep -c '^rdma_probe_success{.*} 1$')" -ge 10 ]; }
     lab_wait_for "every path succeeded once" 300 all_up || exit 1
     lab_result cost_paths "$(lab_get "$url/metrics" | grep -c '^rdma_probe_success{')"

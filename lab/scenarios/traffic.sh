@@ -2,8 +2,9 @@
 #  1. Other traffic: node2 and node3 serve (`responder`), node1's exporter probes both (500 ms
 #     bursts of 16 KiB messages at 10 Mbps, every 2 s). After a quiet start, a stock ib_write_bw
 #     from node2 to node1 runs for 40 s: it crosses node1's and node2's ports, not node3's. node1
-#     scrapes its /metrics after the quiet start (base), as the background runs (bg-start), when
-#     it ends (bg-end) and two bursts per path later (after).
+#     scrapes its /metrics after the quiet start (base), as the background runs (bg-start), once
+#     every path's burst under way at its end has completed (bg-end) and two bursts per path
+#     later (after).
 #  2. Loss: node2's link loses 1% of packets both ways (netem on node2, and on node1's and
 #     node3's packets to node2); every node in turn probes the two others (`probe`, 2 s paced),
 #     one probe at a time, so no other burst shares a port with it.
@@ -74,6 +75,15 @@ EOC
     # client busy-polls node2's one vCPU, so node2's responder serves little until it ends.
     scrape bg-start
     lab_wait_signal node2 background-done 120 || exit 1
+    # A burst under way when the background ended read the port counters from its start, so its
+    # background bytes count on its completion: the busy window ends after one more completed
+    # burst on each path (a burst begun after the end adds nothing to the window but a quiet
+    # burst).
+    scrape bg-done
+    for peer in node2 node3; do
+      lab_wait_metric http://127.0.0.1:9587/metrics "$(runs $peer)" $(( $(count_runs bg-done $peer) + 1 )) 120 ||
+        { cat exporter.log; exit 1; }
+    done
     scrape bg-end
     wait $perftest
     wait_runs $(( $(most_runs bg-end) + 2 ))

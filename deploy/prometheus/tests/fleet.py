@@ -232,11 +232,15 @@ class PathState:
     attempts: int = 0
     last_attempt: float = None
     last_success: float = None
+    last_success_step: int = None
     failures: int = 0
     success: int = None
     ratio: float = None
     min_window: float = None
     gap: float = None
+    # The last capacity burst's bandwidth, bytes/s: held, like the exporter's gauge, while the
+    # path's probes fail.
+    capacity: float = None
     pings_sent: int = 0
     pings_lost: int = 0
 
@@ -360,6 +364,7 @@ def emulate(sc):
                 st.attempt(round(t, 3), failed)
                 if not failed:
                     st.last_success = round(t, 3)
+                    st.last_success_step = step
                     st.ratio = min(1.0, fraction * rng.uniform(0.95, 1.0))
                     st.min_window = rng.uniform(0.8, 0.95)
                     st.gap = rng.uniform(0.0015, 0.0025)
@@ -418,13 +423,17 @@ def emulate(sc):
                     put("rdma_probe_last_validation_failure_timestamp_seconds", labels, step,
                         e[2] * STEP)
             # Capacity bursts (in scenarios about them): low from a device with a `capacity`
-            # event, or in a narrower PCIe slot (which caps the port below its link rate).
+            # event, or in a narrower PCIe slot (which caps the port below its link rate). A
+            # path whose probes fail keeps its last figure, as the exporter's gauge does.
             if any(e[0] == "capacity" for e in sc.events) or any(f.kind == "pcie" for f in sc.faults):
                 cl = {**labels, "kind": "capacity"}
                 low = any(e[0] == "capacity" and e[1] == n and e[2] <= step < e[3] and e[5] == r
                           for e in sc.events) or any(f.touches_port(n, r) for f in active(sc.faults, step, "pcie"))
-                put("rdma_probe_bandwidth_bytes_per_second", cl, step, 2.0e10 if low else 9.0e10)
-                put("rdma_probe_target_bandwidth_bytes_per_second", cl, step, 1.0e11)
+                if st.last_success_step == step:  # a burst that succeeded this step
+                    st.capacity = 2.0e10 if low else 9.0e10
+                if st.capacity is not None:
+                    put("rdma_probe_bandwidth_bytes_per_second", cl, step, st.capacity)
+                    put("rdma_probe_target_bandwidth_bytes_per_second", cl, step, 1.0e11)
 
         for n in fleet.nodes():
             absent = exporter_absent(sc.faults, step, n)
@@ -920,6 +929,13 @@ def scenarios():
                               ("below_baseline", "t0n4", 80, 110, "t0n3", 0)]))
     s.append(Scenario("capacity bursts far below the fleet's fire RdmaProbeCapacityLow",
                       MESH, 60, events=[("capacity", "t0n2", 10, 40, "", 1)]))
+    # A failing path keeps the low figure of its last capacity burst (the exporter's gauge holds
+    # it): only paths whose last probe succeeded count, or t0n1's median stays low.
+    s.append(Scenario("capacity bursts that recover beside a failing path fire "
+                      "RdmaProbeCapacityLow only while they are low",
+                      Fleet(tors=1, per_tor=3, rails=1, mode="mesh"), 130,
+                      [Fault("path", 35, 130, node="t0n1", rail=0, peer="t0n2")],
+                      events=[("capacity", "t0n1", 10, 40, "", 0)]))
     s.append(Scenario("no exporter at all fires RdmaProbeExporterAbsent", MESH, 40,
                       events=[("targets_gone", "", 10, 25, "", -1)]))
     s.append(Scenario("a node nobody probes fires RdmaProbeNodeUnprobed", MESH, 90,

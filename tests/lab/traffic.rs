@@ -111,7 +111,7 @@ fn show(other: &BTreeMap<Key, f64>) -> String {
 fn other_traffic_shows_on_the_ports_a_background_flow_crosses() {
     let run = lab_run();
     run.assert_success();
-    for step in ["base", "bg-start", "bg-end", "after", "exporter"] {
+    for step in ["base", "bg-start", "bg-done", "bg-end", "after", "exporter"] {
         assert_eq!(
             exit_code(run, "node1", step),
             "0",
@@ -200,6 +200,7 @@ fn loss_on_one_link_raises_the_retransmit_counters_of_its_paths_only() {
     let node1 = [
         "base",
         "bg-start",
+        "bg-done",
         "bg-end",
         "after",
         "exporter",

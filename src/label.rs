@@ -38,6 +38,26 @@ pub(crate) fn check_label_value(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A name from outside (a node, peer or device name in the config or on the command line, a
+/// file_sd `name`): it becomes a label value and a log field, so it is not empty, holds no
+/// whitespace and no character that must not reach a terminal unescaped (bidirectional marks
+/// included), and is at most 253 characters, a DNS name's length.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    if name.chars().any(|c| c.is_whitespace() || is_unsafe_char(c)) {
+        return Err(format!(
+            "{} contains whitespace, control or bidirectional characters",
+            quote(name)
+        ));
+    }
+    if name.chars().count() > MAX_NAME_LEN {
+        return Err(format!("name longer than {MAX_NAME_LEN} characters"));
+    }
+    Ok(())
+}
+
 /// Prometheus label name rules, minus the names the exporter sets itself.
 pub(crate) fn check_label_name(name: &str) -> Result<(), String> {
     const RULE: &str = "label names are letters, digits and _, not starting with a digit \

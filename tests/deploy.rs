@@ -22,6 +22,7 @@ fn check_config(file: &str, env: &[(&str, &str)]) -> Checked {
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["check-config", file])
         .env_remove("NODE_NAME")
+        .env_remove("HOST_IP")
         .env_remove("CREDENTIALS_DIRECTORY")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null());
@@ -46,8 +47,12 @@ fn peer_line<'a>(stdout: &'a str, name: &str) -> &'a str {
 
 #[test]
 fn the_configmap_config_passes_on_every_listed_node_which_skips_itself() {
-    for node in ["gpu-a01", "gpu-a02", "gpu-a03"] {
-        let r = check_config(KUBERNETES, &[("NODE_NAME", node)]);
+    for (node, address) in [
+        ("gpu-a01", "192.0.2.1"),
+        ("gpu-a02", "192.0.2.2"),
+        ("gpu-a03", "192.0.2.3"),
+    ] {
+        let r = check_config(KUBERNETES, &[("NODE_NAME", node), ("HOST_IP", address)]);
         assert_eq!(r.code, 0, "{node}:\n{}{}", r.stdout, r.stderr);
         assert!(
             r.stdout.contains(&format!("node: {node}\n")),
@@ -75,7 +80,10 @@ fn the_configmap_config_passes_on_every_listed_node_which_skips_itself() {
 
 #[test]
 fn the_configmap_config_passes_on_a_node_not_yet_listed() {
-    let r = check_config(KUBERNETES, &[("NODE_NAME", "gpu-new")]);
+    let r = check_config(
+        KUBERNETES,
+        &[("NODE_NAME", "gpu-new"), ("HOST_IP", "192.0.2.9")],
+    );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
         r.stdout.contains("peers: 3 (3 probed, 0 skipped"),
@@ -87,9 +95,18 @@ fn the_configmap_config_passes_on_a_node_not_yet_listed() {
 #[test]
 fn the_configmap_config_refuses_to_run_without_node_name() {
     // The DaemonSet sets NODE_NAME from spec.nodeName; without it a node would not know itself.
-    let r = check_config(KUBERNETES, &[]);
+    let r = check_config(KUBERNETES, &[("HOST_IP", "192.0.2.1")]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("NODE_NAME"), "{}", r.stderr);
+}
+
+#[test]
+fn the_configmap_config_refuses_to_run_without_the_host_address() {
+    // The DaemonSet sets HOST_IP from status.hostIP: the servers listen on the node's address,
+    // never on every address of the host network.
+    let r = check_config(KUBERNETES, &[("NODE_NAME", "gpu-a01")]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("HOST_IP"), "{}", r.stderr);
 }
 
 #[test]

@@ -246,6 +246,12 @@ def config_listen(config_text):
     return ports
 
 
+def config_listen_hosts(config_text):
+    """The hosts the config's servers listen on (0.0.0.0 for one left at its default)."""
+    listen = yaml.safe_load(config_text).get("listen") or {}
+    return {str(listen[f]).rsplit(":", 1)[0] if f in listen else "0.0.0.0" for f in ("metrics", "control")}
+
+
 def by_kind(objects, kind):
     return [o for o in objects if o.get("kind") == kind]
 
@@ -273,11 +279,19 @@ def check_deployment(name, objects, dockerfile):
                 f"{o['kind']} {o['metadata']['name']} is not in the rendered namespace",
             )
     for ns in by_kind(objects, "Namespace"):
+        labels = ns["metadata"].get("labels", {})
         check(
-            ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "privileged",
+            labels.get("pod-security.kubernetes.io/enforce") == "privileged",
             where,
             "the Namespace must allow hostNetwork and IPC_LOCK (pod-security enforce: privileged)",
         )
+        for mode in ("warn", "audit"):
+            check(
+                labels.get(f"pod-security.kubernetes.io/{mode}") == "baseline",
+                where,
+                f"the Namespace must {mode} on pods beyond the baseline standard "
+                f"(pod-security {mode}: baseline)",
+            )
 
     strategy = ds["spec"].get("updateStrategy", {})
     check(strategy.get("type") == "RollingUpdate", w, "updateStrategy is not RollingUpdate")
@@ -310,6 +324,11 @@ def check_deployment(name, objects, dockerfile):
         env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
         w,
         "NODE_NAME does not come from spec.nodeName",
+    )
+    check(
+        env.get("HOST_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.hostIP",
+        w,
+        "HOST_IP does not come from status.hostIP",
     )
     sc = c.get("securityContext", {})
     caps = sc.get("capabilities", {})
@@ -359,6 +378,9 @@ def check_deployment(name, objects, dockerfile):
         "the config ConfigMap differs from deploy/kubernetes/base/config.yaml",
     )
     check(config_listen(config_text) == ports, w, f"container ports {ports} are not the config's listen ports")
+    check(config_listen_hosts(config_text) == {"${HOST_IP}"}, w,
+          "the config's listen addresses are not the node's own (${HOST_IP}): a host-network pod "
+          "listening on 0.0.0.0 serves every address of the host")
     psk = (yaml.safe_load(config_text).get("auth") or {}).get("psk_file", "")
     secret_mounts = [
         mounts[n]["mountPath"].rstrip("/") + "/" + "psk"

@@ -13,6 +13,7 @@ use rdma_probe_exporter::config::Config;
 fn env(name: &str) -> Option<String> {
     match name {
         "NODE_NAME" => Some("gpu-a01".to_owned()),
+        "HOST_IP" => Some("192.0.2.1".to_owned()),
         "CREDENTIALS_DIRECTORY" => Some("/run/credentials/rdma-probe-exporter.service".to_owned()),
         _ => None,
     }

@@ -24,6 +24,7 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/config_pa
 fn env(name: &str) -> Option<String> {
     match name {
         "NODE_NAME" => Some("gpu-a01".to_owned()),
+        "HOST_IP" => Some("192.0.2.1".to_owned()),
         "CREDENTIALS_DIRECTORY" => Some("/run/credentials/rdma-probe-exporter.service".to_owned()),
         _ => None,
     }

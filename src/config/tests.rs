@@ -842,6 +842,18 @@ fn long_values_are_never_echoed_whole() {
 }
 
 #[test]
+fn names_with_bidirectional_marks_are_refused() {
+    // A right-to-left override shows the rest of a name reversed wherever it is printed.
+    for text in [
+        "node: \"gpu\\u202e01\"\nauth: none\n".to_owned(),
+        minimal("peers:\n  - {name: \"b\\u2066x\", address: \"192.0.2.2:18516\"}\n"),
+    ] {
+        let e = load(&text).unwrap_err().to_string();
+        assert!(e.contains("bidirectional"), "{text:?}: {e}");
+    }
+}
+
+#[test]
 fn error_messages_escape_control_characters() {
     let e = load("node: \"a\\u0007b\"\nauth: none\n").unwrap_err();
     assert!(!e.to_string().contains('\u{7}'), "{e}");

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::state::{SourceReport, Target};
 use crate::config::{parse_host_port, Labels, DEFAULT_CONTROL_PORT};
-use crate::label::{check_label_name, check_label_value};
+use crate::label::{check_label_name, check_label_value, check_name};
 
 /// How often the files are checked for a change: a new or changed list is taken within this.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -115,11 +115,7 @@ fn group_targets(group: RawGroup) -> Result<Vec<Target>, String> {
     let mut name = None;
     for (k, v) in group.labels {
         if k == NAME_LABEL {
-            if v.is_empty() || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(format!(
-                    "name {v:?}: a peer name is not empty and has no whitespace"
-                ));
-            }
+            check_name(&v).map_err(|e| format!("the peer's {NAME_LABEL}: {e}"))?;
             name = Some(v);
         } else if k.starts_with("__") {
             // Prometheus' own (`__address__`, `__meta_*`): not a label of the peer.
@@ -454,12 +450,25 @@ mod tests {
             ),
             ("- {targets: [a], labels: {job: x}}", "sets itself"),
             ("- {targets: [a], labels: {name: 'a b'}}", "whitespace"),
+            // A right-to-left override would show the peer's name reversed in logs.
+            (
+                "- {targets: [a], labels: {name: \"gpu\\u202e01\"}}",
+                "bidirectional",
+            ),
             ("[{\"targets\": [\"a\"]", "not a file_sd list"),
             (
                 "- {targets: [a]}\n---\n- {targets: [b]}",
                 "not a file_sd list",
             ),
         ];
+        let named = |n: usize| format!("- {{targets: [a], labels: {{name: {}}}}}", "n".repeat(n));
+        assert!(parse(&named(253), "p.yaml").is_ok());
+        let too_long = named(254);
+        let cases = [
+            cases.as_slice(),
+            &[(too_long.as_str(), "longer than 253 characters")],
+        ]
+        .concat();
         for (text, want) in cases {
             let e = parse(text, "p.yaml").unwrap_err().to_string();
             assert!(e.starts_with("p.yaml"), "{text:?}: {e}");

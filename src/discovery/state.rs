@@ -19,6 +19,11 @@ use std::time::Duration;
 
 use crate::config::{HostPort, Labels, DEFAULT_CONTROL_PORT};
 
+/// The most targets one source may report: above the largest fleets the exporter is built for
+/// (10,000 nodes), so only a broken or hostile source (a DNS answer or file listing the world)
+/// goes past it. Such a report counts as failed: the source's last good set stays.
+pub const MAX_SOURCE_TARGETS: usize = 16_384;
+
 /// A peer as a source reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -104,6 +109,22 @@ pub struct DiscoveryState {
     known: BTreeMap<HostPort, Known>,
 }
 
+/// `report`, or a failed one in its place when it holds more than [`MAX_SOURCE_TARGETS`].
+fn within_cap(report: SourceReport) -> SourceReport {
+    match &report.peers {
+        Some(peers) if peers.len() > MAX_SOURCE_TARGETS => SourceReport {
+            error: Some(format!(
+                "{} targets, more than the {MAX_SOURCE_TARGETS} one source may give: its last \
+                 good set stays",
+                peers.len()
+            )),
+            peers: None,
+            source: report.source,
+        },
+        _ => report,
+    }
+}
+
 /// The `peer` label of a peer known by its address only: the host alone on the default control
 /// port (as `address: 10.0.0.2` is written in the config), else `HOST:PORT`.
 pub fn address_name(address: &HostPort) -> String {
@@ -126,6 +147,7 @@ impl DiscoveryState {
     /// Takes `report` at `now`: a set replaces the source's last one; an error without a set
     /// keeps it.
     pub fn apply(&mut self, report: SourceReport, now: Duration) -> Applied {
+        let report = within_cap(report);
         let source = self.sources.entry(report.source.clone()).or_default();
         let health = match (&source.error, &report.error) {
             (old, Some(new)) if old.as_ref() != Some(new) => Some(Health::Failing(new.clone())),
@@ -386,6 +408,26 @@ mod tests {
     }
 
     #[test]
+    fn a_source_past_the_cap_keeps_its_last_good_set() {
+        let many = |n: usize| -> Vec<Target> {
+            (0..n)
+                .map(|i| target(&format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255)))
+                .collect()
+        };
+        let mut state = DiscoveryState::new(FORGET);
+        state.apply(set("dns:h", vec![target("192.0.2.1")]), at(0));
+        let applied = state.apply(set("dns:h", many(MAX_SOURCE_TARGETS + 1)), at(1));
+        match applied.health {
+            Some(Health::Failing(e)) => assert!(e.contains("more than the 16384"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(names(&state, at(1)), ["192.0.2.1"]);
+        // At the cap, the set is taken.
+        state.apply(set("dns:h", many(MAX_SOURCE_TARGETS)), at(2));
+        assert_eq!(state.source_peers("dns:h"), MAX_SOURCE_TARGETS);
+    }
+
+    #[test]
     fn errors_keep_the_last_good_set_and_are_reported_once_per_change() {
         let mut s = DiscoveryState::new(Duration::from_secs(20));
         s.apply(set("dns:x", vec![target("10.0.0.2")]), at(0));
@@ -442,8 +484,10 @@ mod tests {
             .map(|i| target(&format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255)))
             .collect();
         let start = std::time::Instant::now();
-        s.apply(set("dns:x", peers.clone()), at(0));
-        s.apply(set("dns:x", peers[1..].to_vec()), at(1));
+        // Two sources, each within the cap.
+        s.apply(set("dns:x", peers[..10_000].to_vec()), at(0));
+        s.apply(set("dns:y", peers[10_000..].to_vec()), at(0));
+        s.apply(set("dns:x", peers[1..10_000].to_vec()), at(1));
         assert_eq!(s.candidates(at(2)).len(), 20_000);
         assert_eq!(s.vanished(), 1);
         assert!(start.elapsed() < Duration::from_secs(5));

@@ -11,6 +11,7 @@ use ipnet::IpNet;
 
 use super::usage_error;
 use crate::control::{AuthMode, Keys, Psk};
+use crate::label::check_name;
 use crate::rdma_address::parse_network;
 use crate::units::{parse_positive_duration, ByteSize, UnitError, BYTE_SIZE_FORMS};
 
@@ -147,14 +148,12 @@ pub(super) fn parse_duration_flag(s: &str) -> Result<Duration, String> {
     parse_positive_duration(s).map_err(|e| e.to_string())
 }
 
-/// Names (devices, nodes): non-empty, printable, no whitespace.
+/// Names (devices, nodes), as [`check_name`] allows.
 pub(super) fn parse_name(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must not be empty".into());
     }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{s:?} contains whitespace or control characters"));
-    }
+    check_name(s)?;
     Ok(s.to_owned())
 }
 

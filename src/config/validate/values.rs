@@ -12,7 +12,7 @@ use crate::config::address::{parse_host_port, HostPort};
 use crate::config::error::{ConfigError, Pos};
 use crate::config::file::Scalar;
 use crate::config::interpolate::interpolate;
-use crate::label::MAX_NAME_LEN;
+use crate::label::check_name;
 use crate::text::quote;
 use crate::units::{parse_positive_duration, ByteSize};
 
@@ -111,30 +111,10 @@ impl Ctx<'_> {
         Ok(value.to_owned())
     }
 
-    /// A name: non-empty, no whitespace or control characters, at most 253 characters.
+    /// A name, as [`check_name`] allows.
     pub(super) fn name(&self, scalar: &Scalar, path: &str) -> Result<String, ConfigError> {
         let value = self.text(scalar, path)?;
-        let pos = self.pos(scalar);
-        if value.is_empty() {
-            return Err(self.invalid(pos, path, "empty name"));
-        }
-        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(self.invalid(
-                pos,
-                path,
-                format!(
-                    "{} contains whitespace or control characters",
-                    quote(&value)
-                ),
-            ));
-        }
-        if value.chars().count() > MAX_NAME_LEN {
-            return Err(self.invalid(
-                pos,
-                path,
-                format!("name longer than {MAX_NAME_LEN} characters"),
-            ));
-        }
+        check_name(&value).map_err(|e| self.invalid(self.pos(scalar), path, e))?;
         Ok(value)
     }
 

@@ -236,20 +236,15 @@ def http_routes():
 
 
 def config_listen(config_text):
-    """The metrics and control ports of the config (the defaults when `listen` is absent)."""
-    config = yaml.safe_load(config_text)
-    listen = config.get("listen") or {}
-    ports = {"metrics": 9587, "control": 18516}
-    for field in ports:
-        if field in listen:
-            ports[field] = int(str(listen[field]).rsplit(":", 1)[1])
-    return ports
-
-
-def config_listen_hosts(config_text):
-    """The hosts the config's servers listen on (0.0.0.0 for one left at its default)."""
+    """The config's servers, each as (host, port): `listen`'s, or the defaults where absent."""
     listen = yaml.safe_load(config_text).get("listen") or {}
-    return {str(listen[f]).rsplit(":", 1)[0] if f in listen else "0.0.0.0" for f in ("metrics", "control")}
+    servers = {"metrics": "0.0.0.0:9587", "control": "0.0.0.0:18516"}
+    servers.update({f: str(listen[f]) for f in servers if f in listen})
+    out = {}
+    for field, address in servers.items():
+        host, port = address.rsplit(":", 1)
+        out[field] = (host, int(port))
+    return out
 
 
 def by_kind(objects, kind):
@@ -377,8 +372,10 @@ def check_deployment(name, objects, dockerfile):
         w,
         "the config ConfigMap differs from deploy/kubernetes/base/config.yaml",
     )
-    check(config_listen(config_text) == ports, w, f"container ports {ports} are not the config's listen ports")
-    check(config_listen_hosts(config_text) == {"${HOST_IP}"}, w,
+    listen = config_listen(config_text)
+    check({f: port for f, (_, port) in listen.items()} == ports, w,
+          f"container ports {ports} are not the config's listen ports")
+    check({host for host, _ in listen.values()} == {"${HOST_IP}"}, w,
           "the config's listen addresses are not the node's own (${HOST_IP}): a host-network pod "
           "listening on 0.0.0.0 serves every address of the host")
     psk = (yaml.safe_load(config_text).get("auth") or {}).get("psk_file", "")

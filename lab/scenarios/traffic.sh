@@ -17,12 +17,12 @@ serve() {
 }
 scrape() { lab_get http://127.0.0.1:9587/metrics >"$1.txt"; echo "$1 exit=$?" >>exits; }
 runs() { echo "rdma_probe_runs_total{device=\"rxe0\",peer=\"$1\",peer_device=\"rxe0\",result=\"success\"}"; }
-# wait_runs N: until node1's exporter has N successful bursts on each path.
-wait_runs() {
-  for peer in node2 node3; do
-    lab_wait_metric http://127.0.0.1:9587/metrics "$(runs $peer)" "$1" 120 || { cat exporter.log; exit 1; }
-  done
+# wait_peer_runs PEER N: until node1's exporter has N successful bursts on its path to PEER.
+wait_peer_runs() {
+  lab_wait_metric http://127.0.0.1:9587/metrics "$(runs "$1")" "$2" 120 || { cat exporter.log; exit 1; }
 }
+# wait_runs N: the same on each path.
+wait_runs() { for peer in node2 node3; do wait_peer_runs $peer "$1"; done; }
 # count_runs FILE PEER: the successful bursts of node1's path to PEER in a scrape.
 count_runs() { awk -v s="$(runs "$2")" 'index($0, s " ") == 1 {print $2}' "$1.txt"; }
 # most_runs FILE: the larger of node1's two paths' successful bursts in a scrape.
@@ -80,10 +80,7 @@ EOC
     # burst on each path (a burst begun after the end adds nothing to the window but a quiet
     # burst).
     scrape bg-done
-    for peer in node2 node3; do
-      lab_wait_metric http://127.0.0.1:9587/metrics "$(runs $peer)" $(( $(count_runs bg-done $peer) + 1 )) 120 ||
-        { cat exporter.log; exit 1; }
-    done
+    for peer in node2 node3; do wait_peer_runs $peer $(( $(count_runs bg-done $peer) + 1 )); done
     scrape bg-end
     wait $perftest
     wait_runs $(( $(most_runs bg-end) + 2 ))

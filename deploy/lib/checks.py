@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVERITIES = {"critical", "warning", "info"}
-COMPONENTS = {"node", "port", "tor_uplink", "path", "exporter"}
+COMPONENTS = {"node", "port", "tor_uplink", "path", "exporter", "prometheus"}
 # The fleet tests' exact-set checks (deploy/prometheus/tests/fleet.py): the query, its eval_time and
 # the expected samples.
 FLEET_EXACT = re.compile(

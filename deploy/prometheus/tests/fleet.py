@@ -511,9 +511,31 @@ def counters(sc, step, put):
                 deferred, runs = 5 * min(step - start + 1, 3), 10 * (step - start + 1)
             put("rdma_probe_deferred_total", {**dev, "reason": "budget"}, step, deferred)
             put("rdma_probe_runs_total", {**dev, "result": "success"}, step, runs)
+        elif kind in RULE_HEALTH:
+            rule_health(kind, e[4], start, end, step, put)
         elif kind == "responder_validation" and step >= start:
             put("rdma_probe_responder_last_validation_failure_timestamp_seconds",
                 {"instance": n, "device": f"mlx5_{e[5]}", "peer": e[4]}, step, start * STEP)
+
+
+# Prometheus's metrics about its own rule groups (its self-scrape, job "prometheus"): a group
+# whose evaluations take 54 s of their 60 s (rules_slow), or miss one (rules_missed) or fail two
+# (rules_failed) each step while the event lasts; the group's other series stay healthy.
+RULE_HEALTH = ("rules_slow", "rules_missed", "rules_failed")
+PROMETHEUS = {"job": "prometheus", "instance": "localhost:9090"}
+
+
+def rule_health(kind, group, start, end, step, put):
+    labels = {**PROMETHEUS, "rule_group": f"/etc/prometheus/rules.yaml;{group}"}
+    done = min(max(step - start + 1, 0), end - start)
+    if kind == "rules_slow":
+        put("prometheus_rule_group_interval_seconds", labels, step, STEP)
+        put("prometheus_rule_group_last_duration_seconds", labels, step,
+            0.9 * STEP if start <= step < end else 0.05 * STEP)
+    elif kind == "rules_missed":
+        put("prometheus_rule_group_iterations_missed_total", labels, step, done)
+    else:
+        put("prometheus_rule_evaluation_failures_total", labels, step, 2 * done)
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -627,6 +649,14 @@ def event_alerts(e):
                                   peer_node=e[4], peer_device=d, tor=Fleet.tor(n), rail=e[5]), 4 * 3 + 4, 6),
         "targets_gone": (expect("RdmaProbeExporterAbsent", "exporter", "warning"), 7, 3),
         "unprobed": (expect("RdmaProbeNodeUnprobed", "node", "warning", node=n), 3 + 30 + 3, 4),
+        # rule_health_for (10) past the first slow evaluation; a missed or failed evaluation
+        # fires at once and for rule_health_window (10) after the last.
+        "rules_slow": (expect("RdmaProbeRuleGroupSlow", "prometheus", "warning",
+                              instance=PROMETHEUS["instance"]), 10 + 2, 2),
+        "rules_missed": (expect("RdmaProbeRuleEvaluationsMissed", "prometheus", "warning",
+                                instance=PROMETHEUS["instance"]), 2, 10 + 2),
+        "rules_failed": (expect("RdmaProbeRuleEvaluationFailures", "prometheus", "warning",
+                                instance=PROMETHEUS["instance"]), 2, 10 + 2),
     }
     if kind not in table:
         raise ValueError(f"unknown event kind {kind}")
@@ -653,7 +683,9 @@ def windows(sc):
     for e in sc.events:
         # Fewer than K slow probes, budget deferrals in an exporter's first window, a path
         # answered busy by a dead port's responder: nothing of their own may fire.
-        if e[0] not in ("slow", "startup_deferrals", "starved"):
+        # A rule group slow for fewer evaluations than rule_health_for (10): a spike, not a trend.
+        spike = e[0] == "rules_slow" and e[3] - e[2] < 10
+        if e[0] not in ("slow", "startup_deferrals", "starved") and not spike:
             out.append(event_alerts(e))
     return out
 
@@ -916,6 +948,15 @@ def scenarios():
                               ("budget_drops", "t0n1", 10, 22, "", -1),
                               ("budget_deferrals", "t0n3", 50, 80, "t0n2", 1),
                               ("startup_deferrals", "t0n4", 90, 110, "t0n2", 0)]))
+    # The rules' own health: the busiest group slow for a while (a spike of two slow evaluations
+    # does not fire), then missed and failed evaluations of others.
+    s.append(Scenario("a rule group slow for a while, missed and failed evaluations fire the "
+                      "rule-health alerts, and a one-evaluation spike does not",
+                      MESH, 90,
+                      events=[("rules_slow", "", 10, 40, "rdma-probe-paths", -1),
+                              ("rules_slow", "", 50, 52, "rdma-probe-baselines", -1),
+                              ("rules_missed", "", 42, 52, "rdma-probe-components", -1),
+                              ("rules_failed", "", 58, 68, "rdma-probe-pings", -1)]))
     s.append(Scenario("slow results broken by good ones never make K in a row: two slow, one "
                       "good, two slow (and a lone slow one elsewhere) fire nothing",
                       MESH, 40,

@@ -172,6 +172,7 @@ fn the_exporters_judge_defaults_are_the_alert_rules_thresholds() {
         "stale_probes": j.stale_probes,
         "baseline": j.baseline,
         "validation_window": j.validation_window,
+        "responder_window": j.responder_window,
         "ping_loss_ratio": j.ping_loss_ratio,
         "ping_loss_min": j.ping_loss_min,
         "ping_loss_below": j.ping_loss_below,

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 mod promtool;
 
 use rdma_probe_exporter::http;
+use rdma_probe_exporter::metrics::probers::BurstEnded;
 use rdma_probe_exporter::metrics::{Metrics, SessionResult};
 use rdma_probe_exporter::prober::BurstKind;
 use rdma_probe_exporter::readiness::Readiness;
@@ -146,6 +147,14 @@ async fn scrape_negotiates_the_format_and_passes_promtool() {
         .metrics
         .responder
         .validation_failure("rxe0", "node-a");
+    for (prober, ended) in [
+        ("node-a", BurstEnded::Corrupt),
+        ("node-b", BurstEnded::Completed),
+        ("node-c", BurstEnded::Failed),
+        ("node-c", BurstEnded::Completed),
+    ] {
+        server.metrics.responder.burst_ended("rxe0", prober, ended);
+    }
 
     let open = get(
         server.addr,
@@ -190,6 +199,15 @@ async fn scrape_negotiates_the_format_and_passes_promtool() {
             r#"rdma_probe_responder_validation_failures_total{device="rxe0",peer="node-a"}"#,
             1.0,
         ),
+        // Each prober once, by its last burst.
+        (
+            r#"rdma_probe_responder_probers{device="rxe0",last_burst="completed"}"#,
+            2.0,
+        ),
+        (
+            r#"rdma_probe_responder_probers{device="rxe0",last_burst="corrupt"}"#,
+            1.0,
+        ),
     ] {
         assert_eq!(
             promtool::sample(&text.body, series),
@@ -200,6 +218,20 @@ async fn scrape_negotiates_the_format_and_passes_promtool() {
     }
     let cpu = promtool::sample(&text.body, "process_cpu_seconds_total").expect("process CPU");
     assert!(cpu > 0.0, "process_cpu_seconds_total {cpu}");
+    assert_eq!(
+        promtool::sample(
+            &text.body,
+            r#"rdma_probe_responder_probers{device="rxe0",last_burst="failed"}"#
+        ),
+        None,
+        "present while nonzero"
+    );
+    let completed = promtool::sample(
+        &text.body,
+        r#"rdma_probe_responder_last_completed_burst_timestamp_seconds{device="rxe0"}"#,
+    )
+    .expect("the newest completed burst");
+    assert!(completed > 1.7e9, "a Unix time, not {completed}");
 
     promtool::assert_promtool_accepts(&text.body);
     server.stop.send(()).unwrap();

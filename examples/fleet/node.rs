@@ -240,6 +240,7 @@ async fn run_instance(
         scheduler,
         workers,
         events,
+        responder_metrics: metrics.responder.clone(),
     })
     .await;
     probing.set(true);

@@ -84,6 +84,8 @@ lab_scrape >metrics-all-up.txt
 curl -sS --max-time 5 "$url/" >status.html
 lab_get "$url/readyz" >readyz.txt
 lab_barrier all-up
+# Every node has had both its probers' bursts succeed by now: its responder counts them.
+lab_scrape >metrics-probers.txt
 
 # 2. node3's exporter stops and comes back.
 if [ "$LAB_NODE" = node3 ]; then

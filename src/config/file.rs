@@ -305,6 +305,7 @@ pub(crate) struct RawJudge {
     pub stale_probes: Option<Scalar>,
     pub baseline: Option<Scalar>,
     pub validation_window: Option<Scalar>,
+    pub responder_window: Option<Scalar>,
     pub ping_loss_ratio: Option<Scalar>,
     pub ping_loss_min: Option<Scalar>,
     pub ping_loss_below: Option<Scalar>,

@@ -281,6 +281,9 @@ pub struct Judge {
     pub baseline: u32,
     /// Corrupt: for this many probe intervals after a burst's data arrived wrong.
     pub validation_window: u32,
+    /// The responder counts a prober for this many probe intervals after its last burst on a
+    /// device (`rdma_probe_responder_probers`): at least a round of the sampled selection.
+    pub responder_window: u32,
     /// Lossy: at least this fraction, and at least `ping_loss_min`, of the path's pings lost over
     /// `ping_loss_window` pings, but less than `ping_loss_below` of them (a total fault).
     pub ping_loss_ratio: f64,
@@ -306,6 +309,7 @@ impl Default for Judge {
             stale_probes: 3,
             baseline: 60,
             validation_window: 10,
+            responder_window: 30,
             ping_loss_ratio: 0.02,
             ping_loss_min: 3,
             ping_loss_below: 0.5,

@@ -204,6 +204,7 @@ pub async fn run(
         scheduler,
         workers,
         events,
+        responder_metrics: metrics.responder.clone(),
     })
     .await;
     if let Some((peers, _)) = &discovery {

@@ -22,6 +22,7 @@ use crate::judge::Criteria;
 use crate::metrics::probe::{
     DeferReason, DeviceScheduleFigures, InfoLabels, PathLabels, ProbeEvent, ProbeRecord,
 };
+use crate::metrics::{probers, ResponderMetrics};
 use crate::reload::ReloadRequest;
 use crate::schedule::{
     fit_plans, Attempt, Dispatch, Outcome, OutcomeKind, PathKey, Role, Rotation, ScheduleConfig,
@@ -68,6 +69,7 @@ pub struct Service {
     announced: BTreeSet<PathKey>,
     workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
     events: mpsc::Sender<ProbeEvent>,
+    responder_metrics: ResponderMetrics,
     /// Scheduler time is measured from here (tokio's clock, so tests can run it paused).
     epoch: Instant,
     /// The peers discovery found last (before the merge with the config's peers), and where
@@ -85,6 +87,8 @@ pub struct ServiceParts {
     pub scheduler: Scheduler,
     pub workers: BTreeMap<String, mpsc::Sender<DeviceCommand>>,
     pub events: mpsc::Sender<ProbeEvent>,
+    /// The responder's families: its count of probers follows `judge.responder_window`.
+    pub responder_metrics: ResponderMetrics,
 }
 
 impl Service {
@@ -110,6 +114,7 @@ impl Service {
             announced: BTreeSet::new(),
             workers: parts.workers,
             events: parts.events,
+            responder_metrics: parts.responder_metrics,
             epoch: Instant::now(),
             discovered: Vec::new(),
             discovery: None,
@@ -509,6 +514,11 @@ impl Service {
             self.config.ping().interval,
         )))
         .await;
+        self.responder_metrics
+            .set_prober_window(probers::window_seconds(
+                self.config.judge(),
+                self.config.defaults().interval(),
+            ));
         Ok(())
     }
 

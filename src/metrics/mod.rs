@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod ping;
 pub mod port;
 pub mod probe;
+pub mod probers;
 pub mod process;
 
 use std::fmt::Write as _;
@@ -132,6 +133,9 @@ impl Metrics {
         if probes.is_some() {
             discovery.register(&mut registry);
         }
+        registry.register_collector(Box::new(probers::ProbersCollector(
+            responder.probers.clone(),
+        )));
         registry.register_collector(Box::new(process::ProcessCollector));
         Metrics {
             registry: Arc::new(registry),
@@ -277,6 +281,8 @@ pub struct ResponderMetrics {
     validation_peers: Arc<Mutex<std::collections::HashSet<String>>>,
     last_validation_failure: Family<ValidationLabels, Gauge<f64, AtomicU64>>,
     verified_messages: Family<DeviceLabels, Counter>,
+    /// Each served device's probers and how their last burst ended.
+    probers: Arc<Mutex<probers::ProberTally>>,
 }
 
 impl ResponderMetrics {
@@ -312,6 +318,23 @@ impl ResponderMetrics {
         self.last_validation_failure
             .get_or_create(&labels)
             .set(probe::unix_now().as_secs_f64());
+    }
+
+    /// `prober`'s burst on `device` ended `ended`, now.
+    pub fn burst_ended(&self, device: &str, prober: &str, ended: probers::BurstEnded) {
+        let now = probe::unix_now().as_secs_f64();
+        self.probers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(device, prober, ended, now);
+    }
+
+    /// How long a prober counts after its last burst (`judge.responder_window`).
+    pub fn set_prober_window(&self, seconds: f64) {
+        self.probers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_window(seconds);
     }
 
     pub fn verified_messages(&self, device: &str, messages: u64) {

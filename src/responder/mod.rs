@@ -395,6 +395,7 @@ async fn serve_connection(
             tell_why(&mut conn, &e).await;
         }
     }
+    handler.count_unfinished_burst();
     // The session's memory is deregistered here, off the async workers.
     if let Some(active) = handler.active.take() {
         let _ = tokio::task::spawn_blocking(move || drop(active)).await;

@@ -9,6 +9,7 @@ use crate::control::{
     BurstOutcome, BurstResult, Connection, ControlError, Message, PingEndpoint, RemoteRegion,
     SessionAccept, SessionRequest,
 };
+use crate::metrics::probers::BurstEnded;
 use crate::metrics::SessionResult;
 use crate::ping::packet::PingKey;
 use crate::placement;
@@ -144,6 +145,21 @@ impl SessionHandler {
                 }
             };
             conn.send(&reply, self.shared.settings.io_timeout).await?;
+        }
+    }
+
+    /// Counts how this prober's burst on its device ended (`rdma_probe_responder_probers`).
+    fn burst_ended(&self, ended: BurstEnded) {
+        self.shared
+            .metrics
+            .burst_ended(self.device_name(), &self.node, ended);
+    }
+
+    /// A burst under way when the session ended (no `burst_end` in time, the connection lost or
+    /// refused mid-burst) failed.
+    pub(super) fn count_unfinished_burst(&self) {
+        if self.active.as_ref().is_some_and(|a| a.burst.is_some()) {
+            self.burst_ended(BurstEnded::Failed);
         }
     }
 
@@ -287,6 +303,7 @@ impl SessionHandler {
         }
         if let BurstOutcome::Failed { reason, detail } = outcome {
             tracing::info!(node = %self.node, %reason, %detail, "prober reported a failed burst");
+            self.burst_ended(BurstEnded::Failed);
             return Ok(None);
         }
         // The prober saw every completion: the burst's traffic is over.
@@ -302,6 +319,11 @@ impl SessionHandler {
             tracing::warn!(node = %self.node, burst_id, detail = %d, "burst data did not verify");
             self.shared.metrics.validation_failure(device, &self.node);
         }
+        self.burst_ended(if verdict.detail.is_none() {
+            BurstEnded::Completed
+        } else {
+            BurstEnded::Corrupt
+        });
         Ok(Some(Message::BurstResult(BurstResult {
             burst_id,
             validated: verdict.detail.is_none(),

@@ -36,6 +36,11 @@ fn failed_row(peer: &str) -> String {
     )
 }
 
+/// The probers whose last burst on rxe0 ended `how` (docs/metrics.md, "Probers served").
+fn probers(how: &str) -> String {
+    format!("rdma_probe_responder_probers{{device=\"rxe0\",last_burst=\"{how}\"}}")
+}
+
 fn path(family: &str, peer: &str) -> String {
     format!("{family}{{device=\"rxe0\",peer=\"{peer}\",peer_device=\"rxe0\"}}")
 }
@@ -146,6 +151,14 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
         eprintln!(
             "{node}: all paths up {} s after start",
             result(&run, node, "all_up_seconds")
+        );
+        // Its responder served both other nodes, and their last bursts completed.
+        let served = samples(&run.file(node, "metrics-probers.txt"));
+        let ends = ["completed", "failed", "corrupt"].map(|how| served.get(&probers(how)).copied());
+        assert_eq!(
+            ends,
+            [Some(2.0), None, None],
+            "{node}: probers served, by their last burst (completed, failed, corrupt)"
         );
     }
 
@@ -305,6 +318,14 @@ fn three_exporters_measure_every_path_and_follow_peers_reloads_and_shutdowns() {
     assert_eq!(
         result(&run, "node3", "node2_serves_after_midburst_stop"),
         "1"
+    );
+    // node2's responder counts node1's cut burst as its last, failed, and node3's as completed.
+    let served = samples(&run.file("node2", "metrics-final.txt"));
+    let ends = ["completed", "failed", "corrupt"].map(|how| served.get(&probers(how)).copied());
+    assert_eq!(
+        ends,
+        [Some(1.0), Some(1.0), None],
+        "node2: probers served after node1 stopped mid-burst (completed, failed, corrupt)"
     );
     eprintln!(
         "SIGTERM mid-burst: exit 0 after {stop:.3} s; idle stops: node3 {} s, final {} / {} s",

@@ -152,6 +152,7 @@ fn judge_field_help(field: &str) -> Option<String> {
         "stale_probes" => count("planned intervals without a probe after which a path is stale, e.g. 3"),
         "baseline" => window("probe intervals a path's own medians cover, e.g. 60"),
         "validation_window" => window("probe intervals a path stays corrupt after bad data, e.g. 10"),
+        "responder_window" => window("probe intervals the responder counts a prober after its last burst, e.g. 30"),
         "ping_loss_ratio" => share("the share of pings lost from which a path is lossy, e.g. 2%"),
         "ping_loss_min" => window("the fewest lost pings that make a path lossy, e.g. 3"),
         "ping_loss_below" => share("the share of pings lost from which a total fault owns it, above ping_loss_ratio, e.g. 50%"),

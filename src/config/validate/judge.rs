@@ -42,6 +42,7 @@ impl Ctx<'_> {
         set!(stale_probes, count);
         set!(baseline, window);
         set!(validation_window, window);
+        set!(responder_window, window);
         set!(ping_loss_ratio, fraction);
         set!(ping_loss_min, window);
         set!(ping_loss_below, fraction);

@@ -177,6 +177,7 @@ impl Harness {
             scheduler,
             workers: BTreeMap::from([("rxe0".to_owned(), commands)]),
             events,
+            responder_metrics: ResponderMetrics::default(),
         })
         .await;
         let service = match discovery {

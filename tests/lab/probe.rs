@@ -196,7 +196,7 @@ fn losing_the_prober_node_mid_burst_frees_the_responder() {
         .unwrap();
     eprintln!("prober node loss: the responder ended the session {freed:.2} s after the power cut");
     // TCP keepalive declares the silent prober dead at most 11 s after its last sign of life
-    // (KEEPALIVE in control/connection.rs); without it, only the 60 s idle timeout would.
+    // (KEEPALIVE in control/connection/mod.rs); without it, only the 60 s idle timeout would.
     assert!(
         freed <= 20.0,
         "responder held the session {freed} s after the prober's node stopped:\n{}",

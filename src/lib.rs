@@ -32,5 +32,6 @@ pub mod schedule;
 pub mod session;
 pub mod simulate;
 pub mod text;
+pub mod topology;
 pub mod units;
 pub mod verbs;

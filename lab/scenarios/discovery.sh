@@ -9,6 +9,9 @@
 #     node alerts) until forget_after, then every series of node2 goes;
 #  4. dnsmasq stops: lookups fail (errors_total rises), the last good set stays: node3 is still
 #     probed after forget_after has passed again.
+# No node has a `tor` label in its config: each takes its ToR (and spine) from a Slurm
+# topology.conf (node1 and node2 under leaf0, node3 under leaf1), tells its probers, and so
+# node1's path to node3 is judged as crossing ToRs.
 bin=rdma-probe-exporter
 url=http://127.0.0.1:9587
 (umask 077 && echo "bGFiLWRpc2NvdmVyeS1wc2stMDEyMzQ1Njc4OWFiY2RlZg==" >/tmp/psk)
@@ -30,9 +33,18 @@ write_hosts() {
   date +%s.%N
 }
 
+# As Slurm's tree plugin reads it.
+cat >/tmp/topology.conf <<'EOF'
+# leaves, then the spine above them
+SwitchName=leaf0 Nodes=node[1-2] LinkSpeed=100
+SwitchName=leaf1 Nodes=node3
+SwitchName=spine0 Switches=leaf[0-1]
+EOF
+
 cat >"$config" <<EOF
 node: \${NODE_NAME}
 auth: {psk_file: /tmp/psk}
+topology: {slurm: /tmp/topology.conf}
 devices:
   - {name: rxe0, port: 1, rail: 0}
 schedule: {duty_cycle: 20%}

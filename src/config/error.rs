@@ -42,13 +42,30 @@ pub enum ConfigError {
     /// name, settings that do not combine.
     #[error("{0}")]
     Value(Box<Located>),
+    /// The topology file `topology.slurm` names could not be read.
+    #[error("{file}: cannot read the topology file (topology.slurm of {origin}): {error}")]
+    TopologyRead {
+        origin: String,
+        file: String,
+        error: std::io::Error,
+    },
+    /// The topology file is not one Slurm's tree or block plugin would read.
+    #[error("{file}: {error} (the topology file, topology.slurm of {origin})")]
+    Topology {
+        origin: String,
+        file: String,
+        error: crate::topology::TopologyError,
+    },
 }
 
 impl ConfigError {
     /// Where the error is, for all but the file-level errors (`Read`, `TooLarge`).
     pub fn located(&self) -> Option<&Located> {
         match self {
-            ConfigError::Read { .. } | ConfigError::TooLarge { .. } => None,
+            ConfigError::Read { .. }
+            | ConfigError::TooLarge { .. }
+            | ConfigError::TopologyRead { .. }
+            | ConfigError::Topology { .. } => None,
             ConfigError::Yaml(l)
             | ConfigError::Limit(l)
             | ConfigError::Env(l)

@@ -61,7 +61,15 @@ pub(crate) struct RawConfig {
     pub ping: Option<Spanned<RawPing>>,
     pub judge: Option<Spanned<RawJudge>>,
     pub limits: Option<Spanned<RawLimits>>,
+    pub topology: Option<Spanned<RawTopology>>,
     pub peers: Option<Spanned<Vec<Spanned<RawPeer>>>>,
+}
+
+/// `topology: {slurm: PATH}`: where the nodes' places in the fabric are read from.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTopology {
+    pub slurm: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

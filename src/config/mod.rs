@@ -33,16 +33,19 @@ mod tests;
 use std::io::Read as _;
 use std::path::Path;
 
+use crate::topology::{self, Topology};
+
 pub use address::{
     host_port_forms, parse_host_port, HostPort, DEFAULT_CONTROL_PORT, PERFTEST_PORT,
 };
 pub use error::{ConfigError, Located};
 pub use model::{
     Auth, Config, Device, Devices, Discovery, GidIndex, Judge, Labels, Limits, Listen, Peer,
-    PeerMode, Ping, ProbeConfig, Schedule, Selection, Series, SkipReason, DEFAULT_BURST_DURATION,
-    DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL, DEFAULT_JITTER,
-    DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT, DEFAULT_REFRESH_INTERVAL,
-    DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT, DEFAULT_UNPACED_EVERY, MAX_JITTER,
+    PeerMode, Ping, ProbeConfig, Schedule, Selection, Series, SkipReason, TopologySource,
+    DEFAULT_BURST_DURATION, DEFAULT_CONTROL_LISTEN, DEFAULT_FORGET_AFTER, DEFAULT_INTERVAL,
+    DEFAULT_JITTER, DEFAULT_MAX_PEERS, DEFAULT_METRICS_LISTEN, DEFAULT_QP_TIMEOUT,
+    DEFAULT_REFRESH_INTERVAL, DEFAULT_ROUND, DEFAULT_SAMPLE, DEFAULT_TIMEOUT,
+    DEFAULT_UNPACED_EVERY, MAX_JITTER,
 };
 
 /// Largest config file accepted (1 MiB): a 1,000-peer list with labels is about 100 KiB; beyond
@@ -50,10 +53,22 @@ pub use model::{
 /// `discovery`.)
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// Largest topology file accepted (16 MiB): a 10,000-node tree is a few hundred KiB.
+pub const MAX_TOPOLOGY_BYTES: u64 = 16 << 20;
+
 impl Config {
-    /// Reads and validates the config file at `path`, interpolating from the process environment.
+    /// Reads and validates the config file at `path`, interpolating from the process environment,
+    /// and the topology file it names (applied to the node's and its peers' labels).
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
-        let path = path.as_ref();
+        let config = Self::load_file(path.as_ref())?;
+        let Some(source) = config.topology_source() else {
+            return Ok(config);
+        };
+        let topology = read_topology(&source.slurm, config.origin())?;
+        Ok(config.with_topology(topology))
+    }
+
+    fn load_file(path: &Path) -> Result<Config, ConfigError> {
         let origin = path.display().to_string();
         let read_error = |error| ConfigError::Read {
             origin: origin.clone(),
@@ -105,4 +120,38 @@ impl Config {
         let raw = file::parse(text, &origin)?;
         validate::validate(raw, text, &origin, &env)
     }
+}
+
+/// The Slurm topology file at `path`, which the config `origin` names.
+fn read_topology(path: &Path, origin: &str) -> Result<Topology, ConfigError> {
+    let file = path.display().to_string();
+    let read_error = |error| ConfigError::TopologyRead {
+        origin: origin.to_owned(),
+        file: file.clone(),
+        error,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOPOLOGY_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_TOPOLOGY_BYTES {
+        return Err(read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the {MAX_TOPOLOGY_BYTES} bytes accepted"),
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        ))
+    })?;
+    topology::parse(&text).map_err(|error| ConfigError::Topology {
+        origin: origin.to_owned(),
+        file,
+        error,
+    })
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -17,6 +18,7 @@ use super::address::HostPort;
 use crate::burst::{BurstLength, BurstPlan};
 use crate::control::{AuthMode, Keys, Psk, PskError};
 use crate::prober;
+use crate::topology::Topology;
 use crate::units::{ByteSize, RateLimit, ResolveError, ResolvedRate};
 use crate::verbs::LocalPort;
 
@@ -67,6 +69,13 @@ pub const MIN_DUTY_CYCLE: f64 = 0.001;
 /// Static labels (`rack`, `tor`, ...), sorted by name.
 pub type Labels = BTreeMap<String, String>;
 
+/// `node`'s labels from `topology`, over those it has.
+fn place(labels: &mut Labels, topology: &Topology, node: &str) {
+    for (name, value) in topology.labels(node) {
+        labels.insert(name.to_owned(), value);
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -91,6 +100,18 @@ pub struct Config {
     pub(super) ping: Ping,
     pub(super) judge: Judge,
     pub(super) limits: Limits,
+    /// Where each node's place in the fabric is read from (docs/config.md, "Topology").
+    pub(super) topology_source: Option<TopologySource>,
+    /// What that file said, once [`Config::load`] read it: applied to the node's, the peers'
+    /// and the discovered peers' labels.
+    pub(super) topology: Option<Arc<Topology>>,
+}
+
+/// The file each node's place in the fabric comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologySource {
+    /// A Slurm `topology.conf` (the tree or the block plugin's).
+    pub slurm: PathBuf,
 }
 
 impl Config {
@@ -166,8 +187,31 @@ impl Config {
 
     /// This config with `peers` (from [`Peer::discovered`]) as its discovered peers, replacing
     /// the previous ones. The caller has left out the node itself and the peers the file lists.
-    pub fn with_discovered(mut self, peers: Vec<Peer>) -> Config {
+    /// A discovered peer the topology names takes its place from it.
+    pub fn with_discovered(mut self, mut peers: Vec<Peer>) -> Config {
+        if let Some(topology) = &self.topology {
+            for peer in &mut peers {
+                place(&mut peer.labels, topology, &peer.name);
+            }
+        }
         self.discovered = peers;
+        self
+    }
+
+    /// Where the nodes' places are read from, if anywhere.
+    pub fn topology_source(&self) -> Option<&TopologySource> {
+        self.topology_source.as_ref()
+    }
+
+    /// This config with `topology` applied: the node and every peer it names take their `tor`
+    /// (leaf switch), `spine` (the switch above it) or `block` from it, over their configured
+    /// labels; the others keep theirs.
+    pub fn with_topology(mut self, topology: Topology) -> Config {
+        place(&mut self.labels, &topology, &self.node);
+        for peer in self.peers.iter_mut().chain(self.discovered.iter_mut()) {
+            place(&mut peer.labels, &topology, &peer.name);
+        }
+        self.topology = Some(Arc::new(topology));
         self
     }
 

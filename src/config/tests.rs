@@ -1022,3 +1022,126 @@ fn the_ping_section_has_defaults_bounds_and_off() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+/// A config file and the Slurm topology file it names, in a directory of their own.
+fn with_topology(name: &str, config: &str, topology: &str) -> Result<Config, ConfigError> {
+    let dir =
+        std::env::temp_dir().join(format!("rdma-probe-topology-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topology_path = dir.join("topology.conf");
+    std::fs::write(&topology_path, topology).unwrap();
+    let config_path = dir.join("config.yaml");
+    let text = config.replace("TOPOLOGY", &topology_path.display().to_string());
+    std::fs::write(&config_path, text).unwrap();
+    Config::load(&config_path)
+}
+
+const TOPOLOGY_CONFIG: &str = "node: gpu0001\nauth: none\ntopology: {slurm: TOPOLOGY}\n\
+    labels: {tor: configured, lab: x}\npeers:\n\
+    - {name: gpu0002, address: 10.0.0.2, labels: {tor: configured, rack: r2}}\n\
+    - {name: gpu0040, address: 10.0.0.40}\n\
+    - {name: other, address: 10.0.0.99, labels: {tor: t9}}\n";
+
+const TREE: &str = "# leaf switches\nSwitchName=leaf00 Nodes=gpu[0001-0032]\n\
+    SwitchName=leaf01 Nodes=gpu[0033-0064]\nSwitchName=spine0 Switches=leaf[00-01]\n";
+
+fn labels_of<'a>(labels: &'a Labels, names: &[&str]) -> Vec<Option<&'a str>> {
+    names
+        .iter()
+        .map(|n| labels.get(*n).map(String::as_str))
+        .collect()
+}
+
+#[test]
+fn a_slurm_topology_gives_the_nodes_it_names_their_tor_and_spine() {
+    let c = with_topology("tree", TOPOLOGY_CONFIG, TREE).unwrap();
+    assert_eq!(
+        c.topology_source()
+            .map(|s| s.slurm.ends_with("topology.conf")),
+        Some(true)
+    );
+    // The node itself: the file's leaf and spine over its configured `tor`; other labels stay.
+    assert_eq!(
+        labels_of(c.labels(), &["tor", "spine", "lab"]),
+        [Some("leaf00"), Some("spine0"), Some("x")]
+    );
+    let peer = |name: &str| {
+        c.peers()
+            .iter()
+            .find(|p| p.name() == name)
+            .unwrap()
+            .labels()
+    };
+    assert_eq!(
+        labels_of(peer("gpu0002"), &["tor", "spine", "rack"]),
+        [Some("leaf00"), Some("spine0"), Some("r2")]
+    );
+    assert_eq!(
+        labels_of(peer("gpu0040"), &["tor", "spine"]),
+        [Some("leaf01"), Some("spine0")]
+    );
+    // A peer the file does not name keeps its configured labels.
+    assert_eq!(
+        labels_of(peer("other"), &["tor", "spine"]),
+        [Some("t9"), None]
+    );
+    // A discovered peer the file names takes its place too; one it does not keeps its own.
+    let defaults = c.defaults().clone();
+    let discovered = |name: &str| {
+        Peer::discovered(
+            name.to_owned(),
+            parse_host_port("10.0.0.7:18516", DEFAULT_CONTROL_PORT).unwrap(),
+            Labels::from([("tor".to_owned(), "from-file-sd".to_owned())]),
+            &defaults,
+        )
+    };
+    let c = c.with_discovered(vec![discovered("gpu0050"), discovered("elsewhere")]);
+    let tors: Vec<_> = c
+        .discovered_peers()
+        .iter()
+        .map(|p| p.labels().get("tor").cloned())
+        .collect();
+    assert_eq!(tors, [Some("leaf01".into()), Some("from-file-sd".into())]);
+}
+
+#[test]
+fn a_block_topology_gives_the_block_and_leaves_the_tor_alone() {
+    let blocks = "BlockName=b1 Nodes=gpu[0001-0002]\nBlockName=b2 Nodes=gpu0040\nBlockSizes=2\n";
+    let c = with_topology("block", TOPOLOGY_CONFIG, blocks).unwrap();
+    assert_eq!(
+        labels_of(c.labels(), &["tor", "block"]),
+        [Some("configured"), Some("b1")]
+    );
+}
+
+#[test]
+fn topology_errors_name_the_file_the_line_and_the_config() {
+    let bad = "SwitchName=leaf00 Nodes=gpu[0001-0032]\nSwitchName=leaf01 Nodes=gpu[0033-\n";
+    let e = with_topology("bad", TOPOLOGY_CONFIG, bad).unwrap_err();
+    let shown = e.to_string();
+    assert!(matches!(e, ConfigError::Topology { .. }), "{shown}");
+    assert!(shown.contains("topology.conf: line 2: "), "{shown}");
+    assert!(shown.contains("unbalanced bracket"), "{shown}");
+    assert!(shown.contains("config.yaml"), "{shown}");
+
+    let missing = TOPOLOGY_CONFIG.replace("TOPOLOGY", "/nonexistent/topology.conf");
+    let e = with_topology("missing", &missing, "").unwrap_err();
+    assert!(matches!(e, ConfigError::TopologyRead { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/topology.conf: cannot read"),
+        "{e}"
+    );
+
+    for (topology, want) in [
+        ("topology: {}", "names no file"),
+        ("topology: {slurm: ''}", "empty value"),
+        ("topology: {slurm: /x, lldp: on}", "lldp"),
+    ] {
+        let e = load(&minimal(topology)).unwrap_err().to_string();
+        assert!(
+            e.contains("topology") && e.contains(want),
+            "{topology}: {e}"
+        );
+    }
+}

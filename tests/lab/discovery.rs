@@ -46,6 +46,38 @@ fn dns_discovery_adds_paths_keeps_a_vanished_peer_until_forget_after_and_survive
     assert_eq!(result(&run, "initial_self_series"), "0");
     assert_eq!(result(&run, "initial_node3_series"), "0");
 
+    // Every node's ToR and spine come from the topology file alone: node1's own, the one node3
+    // reported (its peer name is its address), and so node1's two paths, one per crossing.
+    let added_scrape = run.file("node1", "metrics-added.txt");
+    let lines: Vec<&str> = added_scrape.lines().collect();
+    let has = |prefix: &str, parts: &[&str]| {
+        lines
+            .iter()
+            .any(|l| l.starts_with(prefix) && parts.iter().all(|p| l.contains(p)))
+    };
+    assert!(
+        has(
+            "rdma_probe_node_info{",
+            &[r#"node="node1""#, r#"spine="spine0""#, r#"tor="leaf0""#]
+        ),
+        "node1's place from topology.conf:\n{added_scrape}"
+    );
+    assert!(
+        has(
+            "rdma_probe_peer_info{",
+            &[r#"peer_node="node3""#, r#"tor="leaf1""#]
+        ),
+        "node3's place, as it reported it:\n{added_scrape}"
+    );
+    for crossing in ["local", "cross"] {
+        let judged =
+            format!("rdma_probe_judged_paths{{device=\"rxe0\",crossing=\"{crossing}\"}} 1");
+        assert!(
+            lines.contains(&judged.as_str()),
+            "{judged}:\n{added_scrape}"
+        );
+    }
+
     // 2. A record added: the node's paths succeed within a refresh plus a probe interval (3 s,
     // first probe at a random point of it) and a burst.
     let added = seconds(&run, "added_success_seconds");

@@ -27,6 +27,11 @@ pub(crate) fn field_help(path: &str) -> Option<String> {
             s("`auth: {psk_file: PATH}` or, to run without authentication, `auth: none`")
         }
         ("auth", "psk_file") => s("the path of the file holding the pre-shared key"),
+        ("", "topology") => s("`topology: {slurm: PATH}`, a Slurm topology.conf (tree or block plugin)"),
+        ("topology", "slurm") => s(
+            "the path of a Slurm topology.conf: each node it names takes its leaf switch as its \
+             `tor` label and the switch above as `spine` (or its block as `block`)",
+        ),
         ("auth", "previous_psk_file") => s(
             "during a key rollover, the path of the file holding the previous pre-shared key \
              (also accepted; docs/security.md)",

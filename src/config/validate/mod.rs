@@ -10,6 +10,7 @@ mod judge;
 mod peers;
 mod probe;
 mod server;
+mod topology;
 mod values;
 
 use serde_saphyr::Spanned;
@@ -104,6 +105,7 @@ impl Ctx<'_> {
         let ping = self.ping(raw.ping.as_ref())?;
         let judge = self.judge(raw.judge.as_ref())?;
         let limits = self.limits(raw.limits.as_ref())?;
+        let topology_source = self.topology(raw.topology.as_ref())?;
         Ok(Config {
             origin: self.origin.name.clone(),
             node,
@@ -123,6 +125,8 @@ impl Ctx<'_> {
             ping,
             judge,
             limits,
+            topology_source,
+            topology: None,
         })
     }
 }

@@ -88,15 +88,7 @@ impl Config {
                 max: MAX_CONFIG_BYTES,
             });
         }
-        let text = String::from_utf8(bytes).map_err(|e| {
-            read_error(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "not UTF-8 text (invalid byte at offset {})",
-                    e.utf8_error().valid_up_to()
-                ),
-            ))
-        })?;
+        let text = utf8_text(bytes).map_err(read_error)?;
         Config::from_str(&text, &origin, |name| std::env::var(name).ok())
     }
 
@@ -122,6 +114,19 @@ impl Config {
     }
 }
 
+/// A file's bytes as text, or why they are not.
+fn utf8_text(bytes: Vec<u8>) -> Result<String, std::io::Error> {
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
 /// The Slurm topology file at `path`, which the config `origin` names.
 fn read_topology(path: &Path, origin: &str) -> Result<Topology, ConfigError> {
     let file = path.display().to_string();
@@ -140,15 +145,7 @@ fn read_topology(path: &Path, origin: &str) -> Result<Topology, ConfigError> {
             format!("larger than the {MAX_TOPOLOGY_BYTES} bytes accepted"),
         )));
     }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        read_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        ))
-    })?;
+    let text = utf8_text(bytes).map_err(read_error)?;
     topology::parse(&text).map_err(|error| ConfigError::Topology {
         origin: origin.to_owned(),
         file,

@@ -74,12 +74,7 @@ impl Config {
             origin: origin.clone(),
             error,
         };
-        let file = std::fs::File::open(path).map_err(read_error)?;
-        let mut bytes = Vec::new();
-        // One byte more than allowed tells "at the limit" from "over it" without reading more.
-        file.take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
+        let bytes = read_at_most(path, MAX_CONFIG_BYTES).map_err(read_error)?;
         if bytes.len() as u64 > MAX_CONFIG_BYTES {
             let size = std::fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
             return Err(ConfigError::TooLarge {
@@ -114,6 +109,16 @@ impl Config {
     }
 }
 
+/// The file at `path`, read up to one byte past `max`: that byte tells "at the limit" from "over
+/// it" without reading more.
+fn read_at_most(path: &Path, max: u64) -> Result<Vec<u8>, std::io::Error> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// A file's bytes as text, or why they are not.
 fn utf8_text(bytes: Vec<u8>) -> Result<String, std::io::Error> {
     String::from_utf8(bytes).map_err(|e| {
@@ -135,10 +140,7 @@ fn read_topology(path: &Path, origin: &str) -> Result<Topology, ConfigError> {
         file: file.clone(),
         error,
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_TOPOLOGY_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(read_error)?;
+    let bytes = read_at_most(path, MAX_TOPOLOGY_BYTES).map_err(read_error)?;
     if bytes.len() as u64 > MAX_TOPOLOGY_BYTES {
         return Err(read_error(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
